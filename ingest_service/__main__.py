@@ -1,0 +1,37 @@
+"""python -m ingest_service: the ingest gRPC service (sole writer of the collection)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ragrpc.config import Settings
+from ragrpc.embeddings import embedder_from_settings
+from ragrpc.logging_setup import configure_logging
+from ragrpc.server import serve_until_signalled
+from ragrpc.store.factory import open_milvus_stores
+
+from ingest_service.app import build_components, run_recovery, start_ingest_server
+
+logger = logging.getLogger("ingest_service")
+
+
+async def main() -> None:
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, "ingest")
+    embedder = embedder_from_settings(settings)
+    await asyncio.to_thread(embedder.warm_up)
+    stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
+                                     dimension=embedder.dimension, writer=True)
+    components = build_components(settings, embedder, stores.chunks, stores.registry)
+    await run_recovery(components)
+    running = await start_ingest_server(settings, components)
+    logger.info("ingest service ready on %s:%d (store %s, model %s)", settings.host, running.port,
+                settings.milvus_uri, embedder.model_id)
+    await serve_until_signalled(running, settings.shutdown_grace_s,
+                                on_stop=lambda: components.jobs.drain(settings.shutdown_grace_s))
+    components.executor.shutdown(wait=False, cancel_futures=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

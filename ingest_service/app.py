@@ -1,0 +1,82 @@
+"""Composition root of the ingest service: builds every component from Settings (or takes
+injected ones in tests) and starts the gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ragrpc.config import Settings
+from ragrpc.embeddings import Embedder
+from ragrpc.models import ExtractedDocument
+from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor
+from ragrpc.server import RunningServer, ServiceRegistration, build_server
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
+
+from ingest_service.chunk_planner import ChunkPlannerImpl
+from ingest_service.clean import clean_blocks
+from ingest_service.documents import DocumentRecovery, DocumentService
+from ingest_service.extract import build_default_registry
+from ingest_service.extract.base import ExtractionLimits
+from ingest_service.jobs import IngestJobRunner
+from ingest_service.pipeline import IngestPipeline
+from ingest_service.servicer import IngestServicer
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = ingest_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+
+
+def clean_document(document: ExtractedDocument) -> ExtractedDocument:
+    return dataclasses.replace(document, blocks=clean_blocks(document.blocks))
+
+
+@dataclass
+class IngestComponents:
+    pipeline: IngestPipeline
+    documents: DocumentService
+    recovery: DocumentRecovery
+    jobs: IngestJobRunner
+    executor: ThreadPoolExecutor
+
+
+def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
+                     registry: DocumentRegistry) -> IngestComponents:
+    executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
+    planner = ChunkPlannerImpl(embedder.token_counter(), embedder.max_tokens,
+                               default_size=settings.chunk_size_tokens,
+                               default_overlap=settings.chunk_overlap_tokens, embed=embedder.embed_documents)
+    pipeline = IngestPipeline(
+        extractor=build_default_registry(ExtractionLimits()), planner=planner, embedder=embedder, chunks=chunks,
+        registry=registry, executor=executor, embed_batch_size=settings.embedding_batch_size,
+        document_timeout_s=settings.document_timeout_s, clean=clean_document,
+    )
+    documents = DocumentService(registry, chunks)
+    jobs = IngestJobRunner(pipeline, registry, executor)
+    return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor)
+
+
+async def start_ingest_server(settings: Settings, components: IngestComponents,
+                              address: str | None = None) -> RunningServer:
+    servicer = IngestServicer(pipeline=components.pipeline, documents=components.documents, jobs=components.jobs,
+                              executor=components.executor, max_upload_bytes=settings.max_upload_bytes,
+                              max_batch_documents=settings.max_batch_documents)
+    registration = ServiceRegistration(SERVICE_NAME,
+                                       lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer,
+                                                                                                         server))
+    running = await build_server(
+        [registration], address=address or f"{settings.host}:{settings.ingest_port}",
+        max_message_bytes=settings.max_message_bytes,
+        interceptors=[RequestContextInterceptor(FixedTenantResolver(settings.tenant))],
+    )
+    await running.set_serving()
+    return running
+
+
+async def run_recovery(components: IngestComponents) -> None:
+    counts = await asyncio.get_running_loop().run_in_executor(components.executor, components.recovery.run)
+    logger.info("recovery done: %s", counts)

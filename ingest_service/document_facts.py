@@ -1,0 +1,87 @@
+"""Document-level facts gathered once per ingestion and applied to its registry record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import PurePath
+
+from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
+
+from ingest_service.requests import IngestItem
+
+
+@dataclass
+class DocumentFacts:
+    source: str
+    title: str
+    media_type: str
+    content_hash: str
+    size_bytes: int
+    author: str = ""
+    language: str = ""
+    page_count: int = 0
+    pages_without_text: list[int] = field(default_factory=list)
+    doc_date: int = 0
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    chunker: str = ""
+
+    def apply_to(self, record: DocumentRecord) -> None:
+        record.source = self.source
+        record.title = self.title
+        record.media_type = self.media_type
+        record.content_hash = self.content_hash
+        record.size_bytes = self.size_bytes
+        record.author = self.author
+        record.language = self.language
+        record.page_count = self.page_count
+        record.pages_without_text = list(self.pages_without_text)
+        record.doc_date = self.doc_date
+        record.tags = list(self.tags)
+        record.metadata = dict(self.metadata)
+        if self.chunker:
+            record.chunker = self.chunker
+
+
+def parse_date(text: str) -> int:
+    """Unix seconds of an ISO-8601 date/datetime (UTC when no zone), 0 when unparseable."""
+    if not text:
+        return 0
+    candidate = text.strip().replace("Z", "+00:00")
+    try:
+        moment = datetime.fromisoformat(candidate)
+    except ValueError:
+        return 0
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp())
+
+
+def _first_heading(extracted: ExtractedDocument) -> str:
+    for block in extracted.blocks:
+        if block.kind == BlockKind.HEADING and block.text.strip():
+            return block.text.strip()[:200]
+    return ""
+
+
+def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFacts:
+    meta = extracted.metadata
+    spec = item.spec
+    file_stem = PurePath(spec.file_name).stem if spec.file_name else ""
+    title = spec.title or meta.title or _first_heading(extracted) or file_stem or "untitled"
+    merged = {**meta.extra, **spec.metadata}
+    return DocumentFacts(
+        source=spec.source or spec.file_name or "",
+        title=title,
+        media_type=extracted.media_type,
+        content_hash=item.content_hash,
+        size_bytes=len(item.content),
+        author=meta.author,
+        language=meta.language,
+        page_count=meta.page_count,
+        pages_without_text=list(extracted.pages_without_text),
+        doc_date=parse_date(meta.modified) or parse_date(meta.created),
+        tags=list(spec.tags),
+        metadata={str(k): str(v) for k, v in merged.items()},
+    )

@@ -1,0 +1,134 @@
+"""Ingestion jobs: a batch of documents processed by a background task.
+
+The task belongs to the service, not to the call: a caller that disconnects only stops
+listening. Progress is kept in the job record, persisted in the store after every
+finished document, so GetIngestJob answers from any replica and after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass
+
+from ragrpc import errors
+from ragrpc.models import DocumentState, IngestJobRecord
+from ragrpc.store.base import DocumentRegistry
+
+from ingest_service.pipeline import IngestPipeline, ProgressEvent
+from ingest_service.requests import IngestItem
+
+logger = logging.getLogger(__name__)
+
+_END = object()
+
+
+@dataclass
+class JobSummary:
+    succeeded: int = 0
+    failed: int = 0
+    unchanged: int = 0
+    chunks_written: int = 0
+    elapsed_seconds: float = 0.0
+
+
+@dataclass
+class JobEvent:
+    """One event of a job stream: progress of document `index`, or the final summary."""
+
+    job_id: str
+    index: int = -1
+    progress: ProgressEvent | None = None
+    summary: JobSummary | None = None
+
+
+class IngestJobRunner:
+    """Starts jobs and lets callers follow them."""
+
+    def __init__(self, pipeline: IngestPipeline, registry: DocumentRegistry, executor: Executor,
+                 concurrency: int = 2) -> None:
+        self._pipeline = pipeline
+        self._registry = registry
+        self._executor = executor
+        self._concurrency = max(1, concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, tenant: str, items: list[IngestItem]) -> tuple[str, AsyncIterator[JobEvent]]:
+        """Starts a job; returns its id and an iterator of its events (ending after the summary)."""
+        job = IngestJobRecord(job_id=uuid.uuid4().hex, tenant=tenant, created_at=time.time(),
+                              documents=[{"index": i, "document_id": it.spec.document_id, "stage": "queued",
+                                          "state": int(DocumentState.PENDING)} for i, it in enumerate(items)])
+        await self._persist(job)
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        task = asyncio.create_task(self._run(job, items, queue))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job.job_id, self._follow(queue)
+
+    async def _follow(self, queue: asyncio.Queue[object]) -> AsyncIterator[JobEvent]:
+        while True:
+            event = await queue.get()
+            if event is _END:
+                return
+            assert isinstance(event, JobEvent)
+            yield event
+
+    async def _run(self, job: IngestJobRecord, items: list[IngestItem], queue: asyncio.Queue[object]) -> None:
+        started = time.monotonic()
+        summary = JobSummary()
+        gate = asyncio.Semaphore(self._concurrency)
+
+        async def one(index: int, item: IngestItem) -> None:
+            async with gate:
+                await self._ingest_one(job, index, item, summary, queue)
+
+        try:
+            await asyncio.gather(*(one(i, it) for i, it in enumerate(items)))
+        finally:
+            summary.elapsed_seconds = time.monotonic() - started
+            job.done = True
+            job.summary = asdict(summary)
+            await self._persist(job)
+            queue.put_nowait(JobEvent(job.job_id, summary=summary))
+            queue.put_nowait(_END)
+
+    async def _ingest_one(self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary,
+                          queue: asyncio.Queue[object]) -> None:
+        def report(event: ProgressEvent) -> None:
+            job.documents[index] = {"index": index, **asdict(event), "state": int(event.state)}
+            queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
+
+        try:
+            outcome = await self._pipeline.ingest(item, report)
+            summary.succeeded += 1
+            summary.unchanged += int(outcome.unchanged)
+            summary.chunks_written += outcome.chunks_written
+        except errors.RagrpcError as exc:
+            summary.failed += 1
+            if job.documents[index].get("stage") != "done":  # failed before the pipeline reported it
+                report(ProgressEvent(item.spec.document_id, "done", DocumentState.FAILED, error=exc.message,
+                                     error_code=errors.status_name(exc)))
+        await self._persist(job)
+
+    async def _persist(self, job: IngestJobRecord) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._registry.put_job, job)
+        except errors.RagrpcError as exc:
+            logger.warning("could not persist job %s: %s", job.job_id, exc.message)
+
+    async def get(self, tenant: str, job_id: str) -> IngestJobRecord:
+        if not job_id:
+            raise errors.InvalidInputError("job_id is required", field="job_id")
+        job = await asyncio.get_running_loop().run_in_executor(self._executor, self._registry.get_job, job_id)
+        if job is None or job.tenant != tenant:
+            raise errors.NotFoundError(f"ingest job {job_id!r} does not exist")
+        return job
+
+    async def drain(self, timeout_s: float) -> None:
+        """Waits (up to timeout_s) for running jobs, at shutdown."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)

@@ -1,0 +1,270 @@
+"""The ingestion pipeline of one document:
+
+    register (hash, state) -> extract -> clean -> metadata -> chunk -> embed (batched, off the
+    event loop) -> write new chunks -> switch the registry to them -> drop the old chunks
+
+Crash safety: chunks are written under a fresh `generation`; queries show only chunks whose
+generation is the registry's current one, so until the registry switch the old version
+(or nothing) is visible, and after it the new one. Leftovers of an interrupted attempt are
+recorded in the registry (`pending_generation`, `stale_generation`) and removed by
+`DocumentRecovery` at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ragrpc import errors
+from ragrpc.embeddings import Embedder
+from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+
+from ingest_service.chunk_records import build_chunk_records
+from ingest_service.document_facts import DocumentFacts, gather_facts
+from ingest_service.requests import IngestItem, derived_document_id, validate_spec
+from ingest_service.stale_chunks import chunks_of_generation
+
+logger = logging.getLogger(__name__)
+
+
+class DocumentExtractor(Protocol):
+    def extract(self, data: bytes, *, file_name: str = "", media_type: str = "",
+                password: str = "") -> ExtractedDocument: ...
+
+
+class ChunkPlanner(Protocol):
+    """Turns an extracted document into chunk drafts for a strategy and sizes."""
+
+    def plan(self, document: ExtractedDocument, strategy: str, size: int, overlap: int) -> list[ChunkDraft]: ...
+
+
+@dataclass
+class ProgressEvent:
+    document_id: str
+    stage: str  # queued, extracting, chunking, embedding, writing, done
+    state: DocumentState
+    chunk_count: int = 0
+    chunks_embedded: int = 0
+    error: str = ""
+    error_code: str = ""
+    unchanged: bool = False
+
+
+@dataclass
+class IngestOutcome:
+    record: DocumentRecord
+    unchanged: bool
+    chunks_written: int
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+def new_generation() -> str:
+    return f"{time.time_ns():x}-{uuid.uuid4().hex[:8]}"
+
+
+class IngestPipeline:
+    """Ingests one document at a time; many can run concurrently on one event loop."""
+
+    def __init__(self, *, extractor: DocumentExtractor, planner: ChunkPlanner, embedder: Embedder,
+                 chunks: ChunkStore, registry: DocumentRegistry, executor: Executor,
+                 embed_batch_size: int = 64, document_timeout_s: float = 900.0,
+                 clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d) -> None:
+        self._extractor = extractor
+        self._planner = planner
+        self._embedder = embedder
+        self._chunks = chunks
+        self._registry = registry
+        self._executor = executor
+        self._batch = embed_batch_size
+        self._timeout_s = document_timeout_s
+        self._clean = clean
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def ingest(self, item: IngestItem, progress: ProgressCallback | None = None) -> IngestOutcome:
+        """Ingests `item`. Raises a RagrpcError when it fails (the document is then FAILED,
+        or, for a replacement, still ACTIVE with its previous content)."""
+        report = progress or (lambda _e: None)
+        validate_spec(item.spec)
+        content_hash = item.content_hash
+        document_id = item.spec.document_id or derived_document_id(content_hash)
+        lock = self._locks.setdefault(f"{item.tenant}/{document_id}", asyncio.Lock())
+        async with lock:
+            try:
+                return await self._ingest_locked(item, document_id, content_hash, report)
+            finally:
+                if not lock._waiters:  # type: ignore[attr-defined]
+                    self._locks.pop(f"{item.tenant}/{document_id}", None)
+
+    async def _ingest_locked(self, item: IngestItem, document_id: str, content_hash: str,
+                             report: ProgressCallback) -> IngestOutcome:
+        collection = item.spec.collection or "default"
+        existing = await self._run(self._registry.get, item.tenant, document_id)
+        if existing and existing.state == DocumentState.ACTIVE and existing.content_hash == content_hash \
+                and existing.collection == collection:
+            report(ProgressEvent(document_id, "done", DocumentState.ACTIVE, existing.chunk_count,
+                                 existing.chunk_count, unchanged=True))
+            return IngestOutcome(existing, unchanged=True, chunks_written=0)
+        generation = new_generation()
+        record = self._start_record(item, document_id, collection, content_hash, existing, generation)
+        await self._run(self._registry.put, record)
+        report(ProgressEvent(document_id, "queued", record.state))
+        try:
+            return await asyncio.wait_for(self._process(item, record, existing, report), self._timeout_s)
+        except asyncio.TimeoutError:
+            error: errors.RagrpcError = errors.DeadlineError(
+                f"ingestion took longer than {self._timeout_s:.0f}s and was abandoned")
+            await self._fail(record, existing, error, report)
+            raise error from None
+        except errors.RagrpcError as exc:
+            await self._fail(record, existing, exc, report)
+            raise
+        except Exception as exc:
+            logger.exception("ingestion of %s failed unexpectedly", document_id)
+            wrapped = errors.InternalError(f"ingestion failed unexpectedly: {type(exc).__name__}: {exc}")
+            await self._fail(record, existing, wrapped, report)
+            raise wrapped from exc
+
+    def _start_record(self, item: IngestItem, document_id: str, collection: str, content_hash: str,
+                      existing: DocumentRecord | None, generation: str) -> DocumentRecord:
+        now = int(time.time())
+        if existing is not None:
+            record = DocumentRecord(**{**existing.__dict__})
+        else:
+            record = DocumentRecord(tenant=item.tenant, document_id=document_id, created_at=now)
+        record.collection = collection
+        record.pending_generation = generation
+        replacing = existing is not None and existing.state == DocumentState.ACTIVE
+        # A replacement keeps the old version visible (and ACTIVE) until the switch.
+        record.state = DocumentState.ACTIVE if replacing else DocumentState.PROCESSING
+        if not replacing:
+            record.content_hash = content_hash
+        return record
+
+    async def _process(self, item: IngestItem, record: DocumentRecord, existing: DocumentRecord | None,
+                       report: ProgressCallback) -> IngestOutcome:
+        doc_id, state = record.document_id, record.state
+        report(ProgressEvent(doc_id, "extracting", state))
+        extracted = await self._run(self._extract_and_clean, item)
+        facts = gather_facts(item, extracted)
+        report(ProgressEvent(doc_id, "chunking", state))
+        drafts = await self._run(self._planner.plan, extracted, item.spec.chunking_strategy,
+                                 item.spec.chunk_size_tokens, item.spec.chunk_overlap_tokens)
+        if not drafts:
+            raise errors.InvalidInputError(_no_text_message(extracted), reason="NO_TEXT")
+        facts.chunker = drafts[0].chunker.split("/")[0]
+        generation = record.pending_generation
+        written = await self._embed_and_write(item, record, facts, drafts, generation, report)
+        return await self._commit(record, existing, facts, drafts, written, report)
+
+    def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
+        extracted = self._extractor.extract(item.content, file_name=item.spec.file_name,
+                                            media_type=item.spec.media_type, password=item.spec.password)
+        return self._clean(extracted)
+
+    async def _embed_and_write(self, item: IngestItem, record: DocumentRecord, facts: DocumentFacts,
+                               drafts: list[ChunkDraft], generation: str, report: ProgressCallback) -> int:
+        """Embeds retrievable drafts in batches in the executor; writing batch k overlaps
+        embedding batch k+1. PARENT drafts (context only) are not embedded: they get the
+        normalised mean of their children's vectors."""
+        searchable = [d for d in drafts if d.kind == ChunkKind.RETRIEVABLE]
+        parents = [d for d in drafts if d.kind == ChunkKind.PARENT]
+        total = len(searchable)
+        report(ProgressEvent(record.document_id, "embedding", record.state, total, 0))
+        pending_write: asyncio.Future[None] | None = None
+        child_vectors: dict[int, list[np.ndarray]] = {}
+        embedded = 0
+        for start in range(0, total, self._batch):
+            batch = searchable[start:start + self._batch]
+            vectors = await self._run(self._embedder.embed_documents, [d.text for d in batch])
+            for draft, vector in zip(batch, vectors, strict=True):
+                if draft.parent_index >= 0:
+                    child_vectors.setdefault(draft.parent_index, []).append(vector)
+            rows = build_chunk_records(item, record.document_id, facts, batch, vectors, generation)
+            if pending_write is not None:
+                await pending_write
+            pending_write = asyncio.ensure_future(self._run(self._chunks.insert_chunks, rows))
+            embedded += len(batch)
+            report(ProgressEvent(record.document_id, "embedding", record.state, total, embedded))
+        report(ProgressEvent(record.document_id, "writing", record.state, total, embedded))
+        if pending_write is not None:
+            await pending_write
+        if parents:
+            vectors = np.stack([_mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension)
+                                for p in parents])
+            rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
+            await self._run(self._chunks.insert_chunks, rows)
+        return embedded
+
+    async def _commit(self, record: DocumentRecord, existing: DocumentRecord | None, facts: DocumentFacts,
+                      drafts: list[ChunkDraft], written: int, report: ProgressCallback) -> IngestOutcome:
+        old_generation = existing.generation if existing else ""
+        facts.apply_to(record)
+        record.generation = record.pending_generation
+        record.pending_generation = ""
+        record.stale_generation = old_generation
+        record.state = DocumentState.ACTIVE
+        record.error = record.error_code = ""
+        record.chunk_count = sum(1 for d in drafts if d.kind == 0)
+        await self._run(self._registry.put, record)  # the switch: new chunks become visible
+        if old_generation:
+            await self._run(self._chunks.delete_chunks,
+                            chunks_of_generation(record.tenant, record.document_id, old_generation))
+            record.stale_generation = ""
+            await self._run(self._registry.put, record)
+        report(ProgressEvent(record.document_id, "done", DocumentState.ACTIVE, record.chunk_count, written))
+        return IngestOutcome(record, unchanged=False, chunks_written=written)
+
+    async def _fail(self, record: DocumentRecord, existing: DocumentRecord | None,
+                    error: errors.RagrpcError, report: ProgressCallback) -> None:
+        generation = record.pending_generation
+        try:
+            await self._run(self._chunks.delete_chunks,
+                            chunks_of_generation(record.tenant, record.document_id, generation))
+            record.pending_generation = ""
+            record.error = error.message
+            record.error_code = _code_name(error)
+            if existing is not None and existing.state == DocumentState.ACTIVE:
+                record.state = DocumentState.ACTIVE  # the previous version stays in place
+            else:
+                record.state = DocumentState.FAILED
+            await self._run(self._registry.put, record)
+        except errors.RagrpcError:
+            logger.warning("could not record the failure of %s; recovery will", record.document_id)
+        report(ProgressEvent(record.document_id, "done", DocumentState.FAILED, error=error.message,
+                             error_code=_code_name(error)))
+
+
+def _mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:
+    if not vectors:
+        unit = np.zeros(dimension, dtype=np.float32)
+        unit[0] = 1.0
+        return unit
+    mean = np.mean(np.stack(vectors), axis=0)
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm).astype(np.float32) if norm > 0 else _mean_direction([], dimension)
+
+
+def _code_name(error: errors.RagrpcError) -> str:
+    return errors.status_name(error)
+
+
+def _no_text_message(extracted: ExtractedDocument) -> str:
+    if extracted.pages_without_text:
+        pages = ", ".join(map(str, extracted.pages_without_text[:20]))
+        return (f"the document has no text layer on {len(extracted.pages_without_text)} page(s) ({pages}); "
+                "it looks scanned: run OCR on it first (e.g. ocrmypdf) and ingest the result")
+    return "the document contains no extractable text"

@@ -1,0 +1,82 @@
+"""Domain form of ingestion requests and their validation (no protobuf here)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from ragrpc import errors
+from ragrpc.store import schema as s
+
+DOCUMENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+COLLECTION_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+MAX_METADATA_ENTRIES = 64
+MAX_METADATA_VALUE_CHARS = 4096
+
+
+@dataclass
+class DocumentSpecInput:
+    """What the caller says about a document (DocumentSpec in the API)."""
+
+    document_id: str = ""
+    file_name: str = ""
+    media_type: str = ""
+    collection: str = ""
+    source: str = ""
+    title: str = ""
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    password: str = ""
+    chunking_strategy: str = "auto"
+    chunk_size_tokens: int = 0
+    chunk_overlap_tokens: int = 0
+
+
+@dataclass
+class IngestItem:
+    """One document to ingest: its spec and bytes, for one tenant."""
+
+    tenant: str
+    spec: DocumentSpecInput
+    content: bytes
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.content).hexdigest()
+
+
+def derived_document_id(content_hash: str) -> str:
+    return f"doc-{content_hash[:24]}"
+
+
+def validate_spec(spec: DocumentSpecInput, *, field_prefix: str = "spec") -> None:
+    """Raises InvalidInputError naming the offending field."""
+    if spec.document_id and not DOCUMENT_ID_PATTERN.match(spec.document_id):
+        raise errors.InvalidInputError(
+            f"document_id {spec.document_id[:140]!r} is invalid: use 1-128 characters of A-Z a-z 0-9 . _ : -",
+            field=f"{field_prefix}.document_id")
+    if spec.collection and not COLLECTION_PATTERN.match(spec.collection):
+        raise errors.InvalidInputError(
+            f"collection {spec.collection[:80]!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -",
+            field=f"{field_prefix}.collection")
+    if len(spec.tags) > s.MAX_TAGS:
+        raise errors.InvalidInputError(f"at most {s.MAX_TAGS} tags are allowed, got {len(spec.tags)}",
+                                       field=f"{field_prefix}.tags")
+    for tag in spec.tags:
+        if not tag or len(tag) > s.MAX_TAG_LENGTH:
+            raise errors.InvalidInputError(
+                f"tags must be 1-{s.MAX_TAG_LENGTH} characters; got {tag[:40]!r}", field=f"{field_prefix}.tags")
+    if len(spec.metadata) > MAX_METADATA_ENTRIES:
+        raise errors.InvalidInputError(f"at most {MAX_METADATA_ENTRIES} metadata entries are allowed",
+                                       field=f"{field_prefix}.metadata")
+    for key, value in spec.metadata.items():
+        if not key or len(value) > MAX_METADATA_VALUE_CHARS:
+            raise errors.InvalidInputError(
+                f"metadata keys must be non-empty and values at most {MAX_METADATA_VALUE_CHARS} characters",
+                field=f"{field_prefix}.metadata")
+    if len(spec.source) > s.VARCHAR_LIMITS[s.SOURCE] or len(spec.file_name) > 1024:
+        raise errors.InvalidInputError("source / file_name is too long (max 2048 / 1024 characters)",
+                                       field=f"{field_prefix}.source")
+    if spec.chunk_size_tokens < 0 or spec.chunk_overlap_tokens < 0:
+        raise errors.InvalidInputError("chunk sizes cannot be negative", field=f"{field_prefix}.chunking")

@@ -1,0 +1,36 @@
+"""python -m query_service: the read-only retrieval and answer gRPC service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ragrpc.config import Settings
+from ragrpc.embeddings import embedder_from_settings
+from ragrpc.logging_setup import configure_logging
+from ragrpc.server import serve_until_signalled
+from ragrpc.store.factory import open_milvus_stores
+
+from query_service.app import build_components, build_reranker, start_query_server
+
+logger = logging.getLogger("query_service")
+
+
+async def main() -> None:
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, "query")
+    embedder = embedder_from_settings(settings)
+    await asyncio.to_thread(embedder.warm_up)
+    stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
+                                     dimension=embedder.dimension, writer=False, wait_s=120.0)
+    reranker = await asyncio.to_thread(build_reranker, settings)
+    components = build_components(settings, embedder, stores.chunks, stores.registry, reranker=reranker)
+    running = await start_query_server(settings, components)
+    logger.info("query service ready on %s:%d (store %s, sparse %s, reranker %s)", settings.host, running.port,
+                settings.milvus_uri, settings.sparse_backend, settings.reranker_model or "none")
+    await serve_until_signalled(running, settings.shutdown_grace_s)
+    components.executor.shutdown(wait=False, cancel_futures=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,169 @@
+"""The retrieval pipeline:
+
+    embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop)
+      -> visibility (only chunks of the documents' current generation)
+      -> fuse (RRF or weighted; or one list alone) -> rerank (cross-encoder, when configured)
+      -> diversify (MMR, when asked) -> min score, top-k -> parents (when asked)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol
+
+import numpy as np
+
+from ragrpc import errors
+from ragrpc.embeddings import Embedder
+from ragrpc.models import ScoredChunk, document_key
+from ragrpc.store import filters as f
+from ragrpc.store import schema as s
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.store.filters import FilterExpr
+
+from query_service.diversity import MmrDiversifier
+from query_service.fusion import RrfFusion, WeightedFusion
+from query_service.rerank import Reranker
+from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
+
+logger = logging.getLogger(__name__)
+
+
+class SparseRetriever(Protocol):
+    """BM25 search over the tenant's chunks matching `expr`."""
+
+    name: str
+
+    def search(self, query: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
+
+
+class RetrievalPipeline:
+    def __init__(self, *, embedder: Embedder, chunks: ChunkStore, registry: DocumentRegistry,
+                 sparse: SparseRetriever | None, reranker: Reranker | None, executor: Executor,
+                 rerank_top_n: int = 30, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._embedder = embedder
+        self._chunks = chunks
+        self._registry = registry
+        self._sparse = sparse
+        self._reranker = reranker
+        self._executor = executor
+        self._rerank_top_n = rerank_top_n
+        self._clock = clock
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def retrieve(self, query: RetrievalQuery) -> RetrievalResult:
+        timer = StageTimer()
+        started = self._clock()
+        expr = f.filter_from_request(query.tenant, query.collection, query.document_ids, query.sources,
+                                     query.media_types, query.tags, query.time_after, query.time_before)
+        if query.mode in ("hybrid", "sparse") and self._sparse is None:
+            if query.mode == "sparse":
+                raise errors.PreconditionError("sparse retrieval is disabled on this server (RAGRPC_SPARSE_BACKEND)")
+        dense, sparse = await self._candidates(query, expr, timer)
+        with timer.stage("visibility"):
+            dense, sparse = await self._visible(dense, sparse)
+        with timer.stage("fuse"):
+            fused, kind = self._fuse(query, dense, sparse)
+        fused, kind, reranked, skipped = await self._maybe_rerank(query, fused, kind, timer)
+        if query.mmr_lambda is not None and len(fused) > 1:
+            with timer.stage("diversify"):
+                fused = await self._diversify(query, fused)
+        if query.min_score is not None:
+            fused = [h for h in fused if h.score >= query.min_score]
+        hits = fused[: query.top_k]
+        if query.include_parent and hits:
+            with timer.stage("parents"):
+                await self._attach_parents(hits)
+        timer.add("total", (self._clock() - started) * 1000.0)
+        return RetrievalResult(hits=hits, score_kind=kind, timings=timer.timings, dense_candidates=len(dense),
+                               sparse_candidates=len(sparse), reranked=reranked, rerank_skipped_reason=skipped,
+                               sparse_backend=self._sparse.name if self._sparse and query.mode != "dense" else "")
+
+    async def _candidates(self, query: RetrievalQuery, expr: FilterExpr,
+                          timer: StageTimer) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+        async def dense() -> list[ScoredChunk]:
+            if query.mode == "sparse":
+                return []
+            with timer.stage("embed_query"):
+                vector = await self._run(self._embedder.embed_query, query.text)
+            with timer.stage("dense_search"):
+                return await self._run(self._chunks.search_dense, vector, expr, query.candidates)
+
+        async def sparse() -> list[ScoredChunk]:
+            if query.mode == "dense" or self._sparse is None:
+                return []
+            with timer.stage("sparse_search"):
+                return await self._run(self._sparse.search, query.text, expr, query.candidates)
+
+        dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
+        return dense_hits, sparse_hits
+
+    async def _visible(self, dense: list[ScoredChunk],
+                       sparse: list[ScoredChunk]) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+        """Drops chunks of superseded or unfinished ingestion attempts and deleted documents."""
+        keys = sorted({document_key(h.chunk.tenant, h.chunk.document_id) for h in (*dense, *sparse)})
+        if not keys:
+            return dense, sparse
+        records = await self._run(self._registry.get_many, keys)
+        current = {key: r.generation for key, r in records.items() if r.generation and not r.deleting}
+
+        def keep(hit: ScoredChunk) -> bool:
+            return current.get(document_key(hit.chunk.tenant, hit.chunk.document_id)) == hit.chunk.generation
+
+        return [h for h in dense if keep(h)], [h for h in sparse if keep(h)]
+
+    def _fuse(self, query: RetrievalQuery, dense: list[ScoredChunk],
+              sparse: list[ScoredChunk]) -> tuple[list[ScoredChunk], str]:
+        if query.mode == "dense" or (query.mode == "hybrid" and self._sparse is None):
+            return list(dense), "cosine"
+        if query.mode == "sparse":
+            return list(sparse), "bm25"
+        if query.fusion == "weighted":
+            return WeightedFusion(query.dense_weight, query.sparse_weight).fuse(dense, sparse), "weighted"
+        return RrfFusion(query.rrf_k).fuse(dense, sparse), "rrf"
+
+    async def _maybe_rerank(self, query: RetrievalQuery, hits: list[ScoredChunk], kind: str,
+                            timer: StageTimer) -> tuple[list[ScoredChunk], str, bool, str]:
+        if self._reranker is None:
+            return hits, kind, False, "no reranker configured"
+        if not query.rerank:
+            return hits, kind, False, "disabled by request"
+        if not hits:
+            return hits, kind, False, "no candidates"
+        with timer.stage("rerank"):
+            head = hits[: self._rerank_top_n]
+            reranked = await self._run(self._reranker.rerank, query.text, head, len(head))
+        return list(reranked) + hits[len(head):], "rerank", True, ""
+
+    async def _diversify(self, query: RetrievalQuery, hits: list[ScoredChunk]) -> list[ScoredChunk]:
+        pool = hits[: max(query.top_k * 4, 20)]
+        ids = [h.chunk.chunk_id for h in pool]
+        expr = f.and_(f.eq(s.TENANT, query.tenant), f.in_(s.CHUNK_ID, ids))
+        stored = await self._run(self._chunks.query_chunks, expr, len(ids), True)
+        vectors = {c.chunk_id: c.vector for c in stored}
+        usable = [h for h in pool if vectors.get(h.chunk.chunk_id)]
+        if len(usable) < 2:
+            return hits
+        matrix = np.asarray([vectors[h.chunk.chunk_id] for h in usable], dtype=np.float32)
+        chosen = MmrDiversifier(query.mmr_lambda).select(usable, matrix, query.top_k)
+        return list(chosen)
+
+    async def _attach_parents(self, hits: list[ScoredChunk]) -> None:
+        by_tenant: dict[str, set[str]] = {}
+        for hit in hits:
+            if hit.chunk.parent_id:
+                by_tenant.setdefault(hit.chunk.tenant, set()).add(hit.chunk.parent_id)
+        texts: dict[str, str] = {}
+        for tenant, parent_ids in by_tenant.items():
+            expr = f.and_(f.eq(s.TENANT, tenant), f.in_(s.CHUNK_ID, sorted(parent_ids)))
+            for parent in await self._run(self._chunks.query_chunks, expr, len(parent_ids), False):
+                texts[parent.chunk_id] = parent.text
+        for hit in hits:
+            if hit.chunk.parent_id in texts:
+                hit.chunk.parent_text = texts[hit.chunk.parent_id]

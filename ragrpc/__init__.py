@@ -1,0 +1,1 @@
+"""ragrpc: shared core of the ingest and query services."""

@@ -1,0 +1,126 @@
+"""Typed settings of both services, read once from environment variables in `__main__`.
+
+Every setting is a dataclass field whose metadata names its environment variable and says
+what it does; `settings_table()` renders them for the README, so the two never drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
+
+
+def _setting(default: Any, env: str, help_text: str) -> Any:
+    return field(default=default, metadata={"env": env, "help": help_text})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All configuration. Construct with `Settings.from_env()`; override in tests with
+    `dataclasses.replace(settings, ...)`."""
+
+    # Milvus
+    milvus_uri: str = _setting(
+        "http://127.0.0.1:19530", "RAGRPC_MILVUS_URI",
+        "Milvus URI: a milvus-lite server, Milvus standalone/cluster or Zilliz endpoint")
+    milvus_token: str = _setting("", "RAGRPC_MILVUS_TOKEN", "Milvus token (user:password or API key)")
+    collection_prefix: str = _setting(
+        "ragrpc", "RAGRPC_COLLECTION_PREFIX", "Name prefix of the chunk and document collections")
+    index_type: str = _setting("HNSW", "RAGRPC_INDEX_TYPE", "Dense index: FLAT, IVF_FLAT or HNSW")
+    hnsw_m: int = _setting(16, "RAGRPC_HNSW_M", "HNSW M (graph degree)")
+    hnsw_ef_construction: int = _setting(200, "RAGRPC_HNSW_EF_CONSTRUCTION", "HNSW efConstruction")
+    hnsw_ef: int = _setting(128, "RAGRPC_HNSW_EF", "HNSW ef at search time (>= candidates)")
+    ivf_nlist: int = _setting(1024, "RAGRPC_IVF_NLIST", "IVF_FLAT nlist")
+    ivf_nprobe: int = _setting(32, "RAGRPC_IVF_NPROBE", "IVF_FLAT nprobe at search time")
+    store_timeout_s: float = _setting(30.0, "RAGRPC_STORE_TIMEOUT_S", "Timeout of one Milvus call")
+    # Embeddings
+    embedding_model: str = _setting(
+        BUNDLED_MODEL, "RAGRPC_EMBEDDING_MODEL",
+        "sentence-transformers model directory or hub name; the default is the bundled all-MiniLM-L6-v2")
+    embedding_backend: str = _setting(
+        "torch", "RAGRPC_EMBEDDING_BACKEND", "sentence-transformers backend: torch or onnx")
+    embedding_batch_size: int = _setting(32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per embedding batch")
+    query_instruction: str = _setting(
+        "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')")
+    # Chunking
+    chunk_size_tokens: int = _setting(200, "RAGRPC_CHUNK_SIZE_TOKENS", "Default chunk size (model tokens)")
+    chunk_overlap_tokens: int = _setting(
+        30, "RAGRPC_CHUNK_OVERLAP_TOKENS", "Default overlap of fixed-size chunks (model tokens)")
+    # Servers
+    host: str = _setting("127.0.0.1", "RAGRPC_HOST", "Address the services bind to")
+    ingest_port: int = _setting(50051, "RAGRPC_INGEST_PORT", "Port of the ingest service")
+    query_port: int = _setting(50052, "RAGRPC_QUERY_PORT", "Port of the query service")
+    workers: int = _setting(0, "RAGRPC_WORKERS", "CPU worker threads (0: one per core)")
+    max_message_bytes: int = _setting(
+        16 * 1024 * 1024, "RAGRPC_MAX_MESSAGE_BYTES", "Largest gRPC message accepted or sent")
+    max_upload_bytes: int = _setting(
+        100 * 1024 * 1024, "RAGRPC_MAX_UPLOAD_BYTES", "Largest document accepted (bytes)")
+    max_batch_documents: int = _setting(
+        256, "RAGRPC_MAX_BATCH_DOCUMENTS", "Most documents in one IngestDocuments request")
+    max_query_chars: int = _setting(4096, "RAGRPC_MAX_QUERY_CHARS", "Longest query accepted (characters)")
+    max_top_k: int = _setting(100, "RAGRPC_MAX_TOP_K", "Largest top_k accepted")
+    max_candidates: int = _setting(1000, "RAGRPC_MAX_CANDIDATES", "Largest candidates value accepted")
+    document_timeout_s: float = _setting(
+        900.0, "RAGRPC_DOCUMENT_TIMEOUT_S", "A document still PROCESSING after this is marked FAILED")
+    shutdown_grace_s: float = _setting(10.0, "RAGRPC_SHUTDOWN_GRACE_S", "Grace period on SIGTERM")
+    tenant: str = _setting("default", "RAGRPC_TENANT", "Tenant of unauthenticated requests")
+    log_level: str = _setting("INFO", "RAGRPC_LOG_LEVEL", "Logging level")
+    # Retrieval
+    candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
+    sparse_backend: str = _setting(
+        "milvus_bm25", "RAGRPC_SPARSE_BACKEND", "Sparse retriever: milvus_bm25, rank_bm25 or none")
+    reranker_model: str = _setting(
+        "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking")
+    rerank_top_n: int = _setting(30, "RAGRPC_RERANK_TOP_N", "Candidates given to the reranker")
+    # Answers
+    tiktoken_encoding: str = _setting(
+        "cl100k_base", "RAGRPC_TIKTOKEN_ENCODING", "Prompt token encoding: cl100k_base or o200k_base")
+    token_budget: int = _setting(4000, "RAGRPC_TOKEN_BUDGET", "Default prompt token budget of Ask")
+    max_answer_tokens: int = _setting(512, "RAGRPC_MAX_ANSWER_TOKENS", "Default answer length limit")
+    llm_endpoints: str = _setting(
+        "", "RAGRPC_LLM_ENDPOINTS",
+        "LLM fallback chain, 'base_url|model|api_key_env|timeout_s' entries separated by commas; "
+        "empty: extractive answers only")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = source.get(f.metadata["env"])
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _convert(f, raw)
+        return cls(**values)
+
+    @property
+    def cpu_workers(self) -> int:
+        return self.workers or (os.cpu_count() or 1)
+
+
+def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = type(f.default)
+    try:
+        if kind is bool:
+            return raw.strip().lower() in {"1", "true", "yes", "on"}
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{f.metadata['env']}={raw!r} is not a valid {kind.__name__}") from exc
+    return raw
+
+
+def settings_table() -> str:
+    """Markdown table of every setting: environment variable, default, meaning."""
+    lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for f in dataclasses.fields(Settings):
+        default = f.default if f.default != "" else "(empty)"
+        lines.append(f"| `{f.metadata['env']}` | `{default}` | {f.metadata['help']} |")
+    return "\n".join(lines)

@@ -1,0 +1,203 @@
+"""Domain objects shared by the services: plain dataclasses, no protobuf, no Milvus.
+
+Flow of objects through ingestion:
+
+    bytes --extract--> ExtractedDocument(blocks) --chunk--> [ChunkDraft] --embed--> [ChunkRecord] --> store
+
+and through a query:
+
+    query --search--> [ScoredChunk] --fuse/rerank/diversify--> [ScoredChunk] --> stream
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class BlockKind(str, enum.Enum):
+    """What a block of extracted text is; chunkers treat kinds differently."""
+
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    LIST_ITEM = "list_item"
+    TABLE = "table"  # text is a Markdown table (header row, separator row, body rows)
+    CODE = "code"  # text is source code; Block.language names it when known
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One structural unit of a document in reading order.
+
+    section_path is the heading hierarchy the block sits under (outermost first); a
+    HEADING block's own path ends with its own title. page is 1-based, None when the
+    format has no pages.
+    """
+
+    kind: BlockKind
+    text: str
+    page: int | None = None
+    section_path: tuple[str, ...] = ()
+    level: int = 0  # heading level (1 = top) for HEADING, nesting depth for LIST_ITEM
+    language: str = ""  # for CODE blocks: "python", "javascript", ... or ""
+    table_header: str = ""  # for TABLE blocks: the Markdown header + separator lines
+
+
+@dataclass
+class DocumentMetadata:
+    """Facts about a document found while extracting it (all optional)."""
+
+    title: str = ""
+    author: str = ""
+    created: str = ""  # ISO-8601 date or datetime, as found in the file
+    modified: str = ""
+    page_count: int = 0
+    language: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ExtractedDocument:
+    """Output of an Extractor: blocks in reading order plus document facts."""
+
+    media_type: str
+    blocks: list[Block]
+    metadata: DocumentMetadata = field(default_factory=DocumentMetadata)
+    pages_without_text: list[int] = field(default_factory=list)  # 1-based page numbers
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks if b.text)
+
+
+class ChunkKind(enum.IntEnum):
+    """Retrievable chunks are searched; PARENT chunks are context for their children."""
+
+    RETRIEVABLE = 0
+    PARENT = 1
+
+
+@dataclass
+class ChunkDraft:
+    """A chunk before embedding, as a Chunker produces it."""
+
+    text: str
+    chunk_index: int
+    chunker: str
+    page_start: int = 0  # 0 when unknown / no pages
+    page_end: int = 0
+    section_path: tuple[str, ...] = ()
+    kind: ChunkKind = ChunkKind.RETRIEVABLE
+    parent_index: int = -1  # chunk_index of the PARENT draft this child belongs to, -1 if none
+
+
+@dataclass
+class ChunkRecord:
+    """A chunk as stored: the draft plus identity, document fields and its vector."""
+
+    chunk_id: str
+    document_id: str
+    tenant: str
+    collection: str
+    generation: str
+    text: str
+    vector: list[float]
+    chunk_index: int
+    chunker: str
+    source: str = ""
+    title: str = ""
+    media_type: str = ""
+    page_start: int = 0
+    page_end: int = 0
+    section_path: tuple[str, ...] = ()
+    kind: ChunkKind = ChunkKind.RETRIEVABLE
+    parent_id: str = ""
+    content_hash: str = ""
+    tags: tuple[str, ...] = ()
+    doc_date: int = 0  # unix seconds of the document's own date (modified/created), 0 unknown
+    created_at: int = 0  # unix seconds when ingested
+    metadata: dict[str, Any] = field(default_factory=dict)
+    parent_text: str = ""  # filled at query time for child chunks when asked; never stored
+
+
+@dataclass
+class StageScores:
+    """Per-stage scores of a hit; None where the stage did not run or did not see it."""
+
+    dense: float | None = None  # cosine similarity in [-1, 1]
+    sparse: float | None = None  # BM25 score, >= 0
+    fused: float | None = None  # RRF or weighted-fusion score
+    rerank: float | None = None  # cross-encoder logit
+
+
+@dataclass
+class ScoredChunk:
+    """A search hit: the stored chunk (without its vector) and its scores."""
+
+    chunk: ChunkRecord
+    score: float
+    scores: StageScores = field(default_factory=StageScores)
+
+
+class DocumentState(enum.IntEnum):
+    """Lifecycle of a document (values match ragrpc.v1.DocumentState)."""
+
+    PENDING = 1
+    PROCESSING = 2
+    ACTIVE = 3
+    FAILED = 4
+
+
+@dataclass
+class DocumentRecord:
+    """A document registry entry, as stored in Milvus."""
+
+    tenant: str
+    document_id: str
+    collection: str = "default"
+    source: str = ""
+    title: str = ""
+    media_type: str = ""
+    content_hash: str = ""
+    state: DocumentState = DocumentState.PENDING
+    error: str = ""
+    error_code: str = ""
+    chunk_count: int = 0
+    page_count: int = 0
+    pages_without_text: list[int] = field(default_factory=list)
+    size_bytes: int = 0
+    author: str = ""
+    language: str = ""
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    chunker: str = ""
+    doc_date: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+    generation: str = ""  # the attempt whose chunks are visible; "" before the first success
+    pending_generation: str = ""  # the attempt in progress; "" when none
+    stale_generation: str = ""  # a replaced attempt whose chunks still await deletion
+    deleting: bool = False  # DeleteDocument started; recovery finishes it
+
+    @property
+    def key(self) -> str:
+        return document_key(self.tenant, self.document_id)
+
+
+def document_key(tenant: str, document_id: str) -> str:
+    return f"{tenant}/{document_id}"
+
+
+@dataclass
+class IngestJobRecord:
+    """State of an IngestDocuments job (progress per document, summary when done)."""
+
+    job_id: str
+    tenant: str
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    summary: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0

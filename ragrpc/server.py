@@ -1,0 +1,112 @@
+"""Builds a grpc.aio server with health checking, reflection, error mapping, message-size
+limits and graceful shutdown on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ragrpc.grpc_errors import ErrorMappingInterceptor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceRegistration:
+    """One service to host: its full name and a function that adds its servicer."""
+
+    full_name: str  # e.g. "ragrpc.v1.IngestService"
+    add_to_server: Callable[[grpc.aio.Server], None]
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    service_names: tuple[str, ...]
+
+    async def set_serving(self) -> None:
+        for name in ("", *self.service_names):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace_s: float) -> None:
+        """Marks every service NOT_SERVING, then lets in-flight calls finish for grace_s."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+async def build_server(
+    services: Sequence[ServiceRegistration],
+    *,
+    address: str,
+    max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
+) -> RunningServer:
+    """Creates and starts the server on `address` ("host:port", port 0 picks a free one).
+
+    Health starts NOT_SERVING for every service; call `set_serving()` once warm.
+    """
+    server = grpc.aio.server(
+        interceptors=[ErrorMappingInterceptor(), *interceptors],  # errors outermost
+        options=server_options(max_message_bytes),
+    )
+    for service in services:
+        service.add_to_server(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(s.full_name for s in services)
+    reflection.enable_server_reflection(
+        (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
+    if port == 0:
+        raise RuntimeError(f"could not bind {address}")
+    for name in ("", *names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    logger.info("listening on %s (port %d) for %s", address, port, ", ".join(names))
+    return RunningServer(server=server, port=port, health=health_servicer, service_names=names)
+
+
+async def serve_until_signalled(running: RunningServer, grace_s: float,
+                                on_stop: Callable[[], Any] | None = None) -> None:
+    """Waits for SIGTERM/SIGINT, then shuts down gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(running.server.wait_for_termination())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    logger.info("shutting down (grace %.1fs)", grace_s)
+    await running.stop(grace_s)
+    if on_stop is not None:
+        result = on_stop()
+        if asyncio.iscoroutine(result):
+            await result
+    waiter.cancel()
+    stopper.cancel()

@@ -1,0 +1,203 @@
+"""Creates, checks and loads ragrpc's Milvus collections.
+
+`CollectionSetup.ensure(model_id, dimension)` is idempotent and runs at the start of both
+services: it creates the collections when missing (only the writer does), refuses to
+work with a collection built by another embedding model (ModelMismatchError), detects
+whether the server has the BM25 function, and loads the collections (after a restart
+they come back released).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ragrpc import errors
+from ragrpc.store import schema as s
+from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    index_type: str = "HNSW"  # FLAT, IVF_FLAT or HNSW
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 200
+    hnsw_ef: int = 128
+    ivf_nlist: int = 1024
+    ivf_nprobe: int = 32
+
+    def build_params(self) -> dict[str, Any]:
+        if self.index_type == "HNSW":
+            return {"M": self.hnsw_m, "efConstruction": self.hnsw_ef_construction}
+        if self.index_type == "IVF_FLAT":
+            return {"nlist": self.ivf_nlist}
+        if self.index_type == "FLAT":
+            return {}
+        raise errors.PreconditionError(
+            f"unsupported index type {self.index_type!r}; use FLAT, IVF_FLAT or HNSW")
+
+    def search_params(self, limit: int) -> dict[str, Any]:
+        if self.index_type == "HNSW":
+            return {"metric_type": "COSINE", "params": {"ef": max(self.hnsw_ef, limit)}}
+        if self.index_type == "IVF_FLAT":
+            return {"metric_type": "COSINE", "params": {"nprobe": self.ivf_nprobe}}
+        return {"metric_type": "COSINE", "params": {}}
+
+
+@dataclass(frozen=True)
+class CollectionNames:
+    chunks: str
+    documents: str
+    jobs: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> CollectionNames:
+        return cls(f"{prefix}_chunks", f"{prefix}_documents", f"{prefix}_jobs")
+
+
+class CollectionSetup:
+    """Ensures the collections exist with the expected model and are loaded."""
+
+    def __init__(self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig) -> None:
+        self._conn = connection
+        self._names = names
+        self._index = index
+        self.bm25_supported = False
+
+    @translate_errors
+    def ensure(self, model_id: str, dimension: int, *, create: bool = True) -> None:
+        client = self._conn.client()
+        if not client.has_collection(self._names.documents):
+            if not create:
+                raise errors.PreconditionError(
+                    f"collection {self._names.documents} does not exist yet; start the ingest service first",
+                    reason="COLLECTION_MISSING")
+            self._create_registry(client)
+        client.load_collection(self._names.documents)
+        self._check_model(client, model_id, dimension, create=create)
+        if not client.has_collection(self._names.chunks):
+            if not create:
+                raise errors.PreconditionError(
+                    f"collection {self._names.chunks} does not exist yet; start the ingest service first",
+                    reason="COLLECTION_MISSING")
+            self._create_chunks(client, dimension)
+        if not client.has_collection(self._names.jobs):
+            if create:
+                self._create_jobs(client)
+        for name in (self._names.chunks, self._names.jobs):
+            if client.has_collection(name):
+                client.load_collection(name)
+        self.bm25_supported = self._has_sparse_field(client)
+
+    def _check_model(self, client: Any, model_id: str, dimension: int, *, create: bool) -> None:
+        rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])
+        if not rows:
+            if not create:
+                raise errors.PreconditionError("the collection has no model record yet; start the ingest service")
+            self._write_model_info(client, model_id, dimension)
+            return
+        info = rows[0][s.RECORD] or {}
+        if info.get("model_id") != model_id or int(info.get("dimension", -1)) != dimension:
+            raise errors.ModelMismatchError(
+                f"the collection was built with embedding model {info.get('model_id')!r} "
+                f"({info.get('dimension')} dimensions) but this service runs {model_id!r} ({dimension}); "
+                "configure the same model (RAGRPC_EMBEDDING_MODEL) or use another RAGRPC_COLLECTION_PREFIX",
+                metadata={"collection_model": str(info.get("model_id")), "service_model": model_id},
+            )
+
+    def _write_model_info(self, client: Any, model_id: str, dimension: int) -> None:
+        row = _registry_row_defaults()
+        row.update({s.DOC_KEY: s.MODEL_INFO_KEY, s.RECORD: {"model_id": model_id, "dimension": dimension}})
+        client.upsert(self._names.documents, [row])
+
+    def _create_registry(self, client: Any) -> None:
+        from pymilvus import DataType
+
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field(s.DOC_KEY, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.DOC_KEY], is_primary=True)
+        for name in (s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.CONTENT_HASH, s.SOURCE, s.GENERATION,
+                     s.PENDING_GENERATION):
+            schema.add_field(name, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[name])
+        schema.add_field(s.STATE, DataType.INT8)
+        schema.add_field(s.UPDATED_AT, DataType.INT64)
+        schema.add_field(s.RECORD, DataType.JSON)
+        schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
+        index = client.prepare_index_params()
+        index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
+        client.create_collection(self._names.documents, schema=schema, index_params=index,
+                                 consistency_level="Strong")
+        logger.info("created collection %s", self._names.documents)
+
+    def _create_jobs(self, client: Any) -> None:
+        from pymilvus import DataType
+
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field(s.JOB_ID, DataType.VARCHAR, max_length=64, is_primary=True)
+        schema.add_field(s.TENANT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TENANT])
+        schema.add_field(s.UPDATED_AT, DataType.INT64)
+        schema.add_field(s.RECORD, DataType.JSON)
+        schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
+        index = client.prepare_index_params()
+        index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
+        client.create_collection(self._names.jobs, schema=schema, index_params=index, consistency_level="Strong")
+
+    def _create_chunks(self, client: Any, dimension: int) -> None:
+        try:
+            self._create_chunks_with(client, dimension, bm25=True)
+        except Exception as exc:  # noqa: BLE001 - older servers lack the BM25 function
+            logger.warning("server rejected the BM25 function (%s); creating chunks without it", exc)
+            if client.has_collection(self._names.chunks):
+                client.drop_collection(self._names.chunks)
+            self._create_chunks_with(client, dimension, bm25=False)
+
+    def _create_chunks_with(self, client: Any, dimension: int, *, bm25: bool) -> None:
+        from pymilvus import DataType, Function, FunctionType
+
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False,
+                                      description=json.dumps({"ragrpc_schema": 1}))
+        schema.add_field(s.CHUNK_ID, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.CHUNK_ID], is_primary=True)
+        schema.add_field(s.TENANT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TENANT], is_partition_key=True)
+        text_kwargs = {"enable_analyzer": True, "analyzer_params": {"type": "standard"}} if bm25 else {}
+        schema.add_field(s.TEXT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TEXT], **text_kwargs)
+        for name in (s.COLLECTION, s.DOCUMENT_ID, s.GENERATION, s.SOURCE, s.TITLE, s.MEDIA_TYPE,
+                     s.SECTION_PATH, s.CHUNKER, s.PARENT_ID, s.CONTENT_HASH):
+            schema.add_field(name, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[name])
+        for name in (s.PAGE_START, s.PAGE_END, s.CHUNK_INDEX):
+            schema.add_field(name, DataType.INT32)
+        schema.add_field(s.KIND, DataType.INT8)
+        schema.add_field(s.DOC_DATE, DataType.INT64)
+        schema.add_field(s.CREATED_AT, DataType.INT64)
+        schema.add_field(s.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR,
+                         max_capacity=s.MAX_TAGS, max_length=s.MAX_TAG_LENGTH)
+        schema.add_field(s.METADATA, DataType.JSON)
+        schema.add_field(s.DENSE, DataType.FLOAT_VECTOR, dim=dimension)
+        index = client.prepare_index_params()
+        index.add_index(s.DENSE, index_type=self._index.index_type, metric_type="COSINE",
+                        params=self._index.build_params())
+        if bm25:
+            schema.add_field(s.SPARSE, DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(Function(name="text_bm25", function_type=FunctionType.BM25,
+                                         input_field_names=[s.TEXT], output_field_names=[s.SPARSE]))
+            index.add_index(s.SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        client.create_collection(self._names.chunks, schema=schema, index_params=index,
+                                 consistency_level="Strong")
+        logger.info("created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension,
+                    self._index.index_type, bm25)
+
+    def _has_sparse_field(self, client: Any) -> bool:
+        if not client.has_collection(self._names.chunks):
+            return False
+        info = client.describe_collection(self._names.chunks)
+        return any(f.get("name") == s.SPARSE for f in info.get("fields", []))
+
+
+def _registry_row_defaults() -> dict[str, Any]:
+    return {
+        s.TENANT: "", s.COLLECTION: "", s.DOCUMENT_ID: "", s.CONTENT_HASH: "", s.SOURCE: "",
+        s.GENERATION: "", s.PENDING_GENERATION: "", s.STATE: 0, s.UPDATED_AT: 0, s.RECORD: {},
+        s.REGISTRY_VECTOR: [1.0, 0.0],
+    }

@@ -1,0 +1,39 @@
+"""Opens the Milvus-backed stores described by Settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ragrpc.config import Settings
+from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
+from ragrpc.store.milvus_chunks import MilvusChunkStore
+from ragrpc.store.milvus_connection import MilvusConnection
+from ragrpc.store.milvus_registry import MilvusDocumentRegistry
+
+
+@dataclass
+class MilvusStores:
+    connection: MilvusConnection
+    setup: CollectionSetup
+    chunks: MilvusChunkStore
+    registry: MilvusDocumentRegistry
+
+
+def index_config(settings: Settings) -> IndexConfig:
+    return IndexConfig(index_type=settings.index_type.upper(), hnsw_m=settings.hnsw_m,
+                       hnsw_ef_construction=settings.hnsw_ef_construction, hnsw_ef=settings.hnsw_ef,
+                       ivf_nlist=settings.ivf_nlist, ivf_nprobe=settings.ivf_nprobe)
+
+
+def open_milvus_stores(settings: Settings, *, model_id: str, dimension: int, writer: bool,
+                       wait_s: float = 60.0) -> MilvusStores:
+    """Connects (waiting up to wait_s for the server), ensures the collections (only the writer
+    creates them) and checks the embedding model recorded on them."""
+    connection = MilvusConnection(settings.milvus_uri, settings.milvus_token, settings.store_timeout_s)
+    connection.wait_until_ready(wait_s)
+    names = CollectionNames.with_prefix(settings.collection_prefix)
+    index = index_config(settings)
+    setup = CollectionSetup(connection, names, index)
+    setup.ensure(model_id, dimension, create=writer)
+    return MilvusStores(connection, setup, MilvusChunkStore(connection, names, index, setup),
+                        MilvusDocumentRegistry(connection, names))

@@ -1,0 +1,407 @@
+"""The one builder of Milvus boolean filter expressions.
+
+Every filter that reaches Milvus is built here, from immutable `FilterExpr` trees:
+
+    expr = and_(eq("tenant", "acme"), in_("source", ["a.pdf", "b.pdf"]), gte("doc_date", 0))
+    expr.render()               -> 'tenant == "acme" and source in ["a.pdf", "b.pdf"] and doc_date >= 0'
+    expr.render_with_params()   -> ('tenant == {p0} and source in {p1} and doc_date >= {p2}', {...})
+    expr.matches(row)           -> the same condition evaluated in-process (for the sparse index)
+
+Safety rules (a value can never change the structure of the expression):
+  * fields must be in the builder's allow-list (default `schema.FILTERABLE_FIELDS`) and be
+    plain identifiers; values must have the declared type (bool is not int; floats finite;
+    ints within int64);
+  * string literals are double-quoted with `\\` and `"` escaped and `\\n`, `\\r`, `\\t`
+    written as escapes; other control characters (C0, DEL, C1) and lone surrogates are
+    rejected, because Milvus parsers disagree on them (milvus-lite knows only
+    \\" \\' \\\\ \\n \\r \\t escapes; Milvus proper follows Go's strconv.Unquote).
+
+`render()` inlines literals (milvus-lite rejects templates); `render_with_params()` gives a
+`{name}` template plus params for servers that support expression templates (Milvus >= 2.5).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ragrpc.errors import InvalidInputError
+from ragrpc.models import ChunkKind
+from ragrpc.store import schema
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+DEFAULT_MAX_VALUES = 1024  # values in one `in` / `array_contains_any` list
+
+DEFAULT_MAX_LENGTHS: Mapping[str, int] = MappingProxyType(
+    {**schema.VARCHAR_LIMITS, schema.TAGS: schema.MAX_TAG_LENGTH}
+)
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_FORBIDDEN_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPE_PATTERN = re.compile(r'[\\"\n\r\t]')
+_COMPARISONS: Mapping[str, Callable[[Any, Any], bool]] = MappingProxyType({
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+})
+
+
+def quote_string(value: str) -> str:
+    """A Milvus double-quoted literal whose parsed value is exactly `value`."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected str, got {type(value).__name__}")
+    bad = _FORBIDDEN_CHARS.search(value)
+    if bad:
+        raise InvalidInputError(f"control character U+{ord(bad.group()):04X} is not allowed in a filter value")
+    return '"' + _ESCAPE_PATTERN.sub(lambda m: _ESCAPES[m.group()], value) + '"'
+
+
+def render_literal(value: Any) -> str:
+    """Render a validated scalar or list value as a Milvus literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidInputError(f"integer {value} is outside int64")
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError("NaN and infinite numbers are not allowed in a filter")
+        return repr(value)
+    if isinstance(value, str):
+        return quote_string(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(render_literal(v) for v in value) + "]"
+    raise TypeError(f"cannot render {type(value).__name__} as a filter literal")
+
+
+def _checked_field(name: str) -> str:
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise InvalidInputError(f"invalid field name {name!r}", field=str(name))
+    return name
+
+
+class _RenderContext:
+    """Per-render state: inline literals, or collect them as named template params."""
+
+    def __init__(self, templated: bool) -> None:
+        self.templated = templated
+        self.params: dict[str, Any] = {}
+
+    def literal(self, value: Any) -> str:
+        rendered = render_literal(value)  # validates even when templated
+        if not self.templated:
+            return rendered
+        name = f"p{len(self.params)}"
+        self.params[name] = list(value) if isinstance(value, tuple) else value
+        return "{" + name + "}"
+
+
+class FilterExpr:
+    """An immutable boolean condition over chunk fields."""
+
+    def render(self) -> str:
+        """The Milvus expression with inlined literals."""
+        return self._render(_RenderContext(templated=False))
+
+    def render_with_params(self) -> tuple[str, dict[str, Any]]:
+        """(template with `{p0}`-style placeholders, params) for Milvus expression templates."""
+        context = _RenderContext(templated=True)
+        return self._render(context), context.params
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        """Evaluate the condition on a row (field name -> value); a missing field never matches."""
+        raise NotImplementedError
+
+    def _render(self, context: _RenderContext) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+@dataclass(frozen=True)
+class Comparison(FilterExpr):
+    field: str
+    op: str
+    value: Any
+
+    def _render(self, context: _RenderContext) -> str:
+        if self.op not in _COMPARISONS:
+            raise ValueError(f"unknown operator {self.op!r}")
+        return f"{_checked_field(self.field)} {self.op} {context.literal(self.value)}"
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        actual = row.get(self.field)
+        if actual is None or isinstance(actual, bool) != isinstance(self.value, bool):
+            return False
+        try:
+            return bool(_COMPARISONS[self.op](actual, self.value))
+        except TypeError:
+            return False
+
+
+@dataclass(frozen=True)
+class InList(FilterExpr):
+    field: str
+    values: tuple[Any, ...]
+
+    def _render(self, context: _RenderContext) -> str:
+        return f"{_checked_field(self.field)} in {context.literal(self.values)}"
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        actual = row.get(self.field)
+        return actual is not None and actual in self.values
+
+
+@dataclass(frozen=True)
+class ContainsAny(FilterExpr):
+    field: str
+    values: tuple[str, ...]
+
+    def _render(self, context: _RenderContext) -> str:
+        return f"array_contains_any({_checked_field(self.field)}, {context.literal(self.values)})"
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        actual = row.get(self.field)
+        if actual is None or isinstance(actual, str):
+            return False
+        return any(value in self.values for value in actual)
+
+
+@dataclass(frozen=True)
+class Conjunction(FilterExpr):
+    """`and` (all parts hold) or `or` (any part holds) of at least one part."""
+
+    operator: str
+    parts: tuple[FilterExpr, ...] = ()
+
+    def _render(self, context: _RenderContext) -> str:
+        if self.operator not in ("and", "or") or not self.parts:
+            raise ValueError("a conjunction needs 'and'/'or' and at least one part")
+        if len(self.parts) == 1:
+            return self.parts[0]._render(context)
+        return f" {self.operator} ".join(_parenthesised(p, context) for p in self.parts)
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        results = (part.matches(row) for part in self.parts)
+        return all(results) if self.operator == "and" else any(results)
+
+
+def _parenthesised(part: FilterExpr, context: _RenderContext) -> str:
+    text = part._render(context)
+    needs_parens = isinstance(part, Conjunction) and len(part.parts) > 1
+    return f"({text})" if needs_parens else text
+
+
+class FilterBuilder:
+    """Builds `FilterExpr`s for an allow-list of fields (name -> value type).
+
+    Value types: str, int, float, bool, or list (an ARRAY<VARCHAR> field, filtered with
+    `contains_any`). Violations raise InvalidInputError with `field=` the field name.
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, type] = schema.FILTERABLE_FIELDS,
+        *,
+        max_lengths: Mapping[str, int] = DEFAULT_MAX_LENGTHS,
+        max_values: int = DEFAULT_MAX_VALUES,
+    ) -> None:
+        for name in fields:
+            _checked_field(name)
+        self._fields = MappingProxyType(dict(fields))
+        self._max_lengths = MappingProxyType(dict(max_lengths))
+        self._max_values = max_values
+
+    @property
+    def fields(self) -> Mapping[str, type]:
+        return self._fields
+
+    def eq(self, field_name: str, value: Any) -> FilterExpr:
+        return Comparison(field_name, "==", self._scalar(field_name, value))
+
+    def ne(self, field_name: str, value: Any) -> FilterExpr:
+        return Comparison(field_name, "!=", self._scalar(field_name, value))
+
+    def gt(self, field_name: str, value: int | float) -> FilterExpr:
+        return Comparison(field_name, ">", self._number(field_name, value))
+
+    def gte(self, field_name: str, value: int | float) -> FilterExpr:
+        return Comparison(field_name, ">=", self._number(field_name, value))
+
+    def lt(self, field_name: str, value: int | float) -> FilterExpr:
+        return Comparison(field_name, "<", self._number(field_name, value))
+
+    def lte(self, field_name: str, value: int | float) -> FilterExpr:
+        return Comparison(field_name, "<=", self._number(field_name, value))
+
+    def in_(self, field_name: str, values: Iterable[Any]) -> FilterExpr:
+        checked = self._values(field_name, values, lambda v: self._scalar(field_name, v))
+        return InList(field_name, checked)
+
+    def contains_any(self, field_name: str, values: Iterable[str]) -> FilterExpr:
+        if self._declared_type(field_name) is not list:
+            raise InvalidInputError(f"{field_name} is not an array field", field=field_name)
+        checked = self._values(field_name, values, lambda v: self._string(field_name, v))
+        return ContainsAny(field_name, checked)
+
+    def and_(self, *exprs: FilterExpr) -> FilterExpr:
+        return _conjunction("and", exprs)
+
+    def or_(self, *exprs: FilterExpr) -> FilterExpr:
+        return _conjunction("or", exprs)
+
+    # --- validation -------------------------------------------------------------
+    def _declared_type(self, field_name: str) -> type:
+        declared = self._fields.get(field_name) if isinstance(field_name, str) else None
+        if declared is None:
+            raise InvalidInputError(f"field {field_name!r} cannot be filtered on", field=str(field_name))
+        return declared
+
+    def _scalar(self, field_name: str, value: Any) -> Any:
+        declared = self._declared_type(field_name)
+        if declared is str:
+            return self._string(field_name, value)
+        if declared is bool:
+            if not isinstance(value, bool):
+                raise InvalidInputError(f"{field_name} needs a bool", field=field_name)
+            return value
+        if declared in (int, float):
+            return self._number(field_name, value)
+        raise InvalidInputError(f"{field_name} supports only contains_any", field=field_name)
+
+    def _number(self, field_name: str, value: Any) -> int | float:
+        declared = self._declared_type(field_name)
+        if declared not in (int, float):
+            raise InvalidInputError(f"{field_name} is not a numeric field", field=field_name)
+        if isinstance(value, bool) or not isinstance(value, declared | int):
+            raise InvalidInputError(f"{field_name} needs a {declared.__name__}", field=field_name)
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise InvalidInputError(f"{field_name} value is outside int64", field=field_name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInputError(f"{field_name} needs a finite number", field=field_name)
+        return float(value) if declared is float else int(value)
+
+    def _string(self, field_name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise InvalidInputError(f"{field_name} needs a string", field=field_name)
+        limit = self._max_lengths.get(field_name)
+        if limit is not None and len(value) > limit:
+            raise InvalidInputError(f"{field_name} value longer than {limit} characters", field=field_name)
+        with _relabel(field_name):
+            quote_string(value)  # rejects control characters and lone surrogates
+        return value
+
+    def _values(self, field_name: str, values: Iterable[Any], check: Callable[[Any], Any]) -> tuple:
+        if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+            raise InvalidInputError(f"{field_name} needs a list of values", field=field_name)
+        checked = tuple(dict.fromkeys(check(v) for v in values))  # dedupe, keep order
+        if not checked:
+            raise InvalidInputError(f"{field_name} needs at least one value", field=field_name)
+        if len(checked) > self._max_values:
+            raise InvalidInputError(f"{field_name} allows at most {self._max_values} values", field=field_name)
+        return checked
+
+
+def _conjunction(operator: str, exprs: tuple[FilterExpr, ...]) -> FilterExpr:
+    if not exprs:
+        raise ValueError(f"{operator}_ needs at least one expression")
+    parts: list[FilterExpr] = []
+    for expr in exprs:
+        if not isinstance(expr, FilterExpr):
+            raise TypeError(f"expected FilterExpr, got {type(expr).__name__}")
+        same = isinstance(expr, Conjunction) and expr.operator == operator
+        parts.extend(expr.parts if same else (expr,))  # type: ignore[attr-defined]
+    return parts[0] if len(parts) == 1 else Conjunction(operator, tuple(parts))
+
+
+@contextmanager
+def _relabel(field_path: str) -> Iterator[None]:
+    """Re-raise InvalidInputError with `field_path` as its field violation."""
+    try:
+        yield
+    except InvalidInputError as error:
+        raise InvalidInputError(error.message, field=field_path, reason=error.reason) from error
+
+
+DEFAULT_BUILDER = FilterBuilder()
+eq = DEFAULT_BUILDER.eq
+ne = DEFAULT_BUILDER.ne
+gt = DEFAULT_BUILDER.gt
+gte = DEFAULT_BUILDER.gte
+lt = DEFAULT_BUILDER.lt
+lte = DEFAULT_BUILDER.lte
+in_ = DEFAULT_BUILDER.in_
+contains_any = DEFAULT_BUILDER.contains_any
+and_ = DEFAULT_BUILDER.and_
+or_ = DEFAULT_BUILDER.or_
+
+
+def filter_from_request(
+    tenant: str,
+    collection: str = "",
+    document_ids: Iterable[str] = (),
+    sources: Iterable[str] = (),
+    media_types: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    time_after: int | None = None,
+    time_before: int | None = None,
+    *,
+    builder: FilterBuilder = DEFAULT_BUILDER,
+) -> FilterExpr:
+    """The standard query filter: the tenant's retrievable chunks matching a MetadataFilter.
+
+    collection "" means every collection of the tenant. time_after/time_before are unix
+    seconds (doc_date >= after, doc_date < before); with either set, documents of unknown
+    date (doc_date == 0) are excluded. Errors name the request field (options.filter.*).
+    """
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidInputError("tenant is required", field="tenant")
+    with _relabel("tenant"):
+        parts = [builder.eq(schema.TENANT, tenant)]
+    parts.append(builder.eq(schema.KIND, int(ChunkKind.RETRIEVABLE)))
+    if collection:
+        with _relabel("options.collection"):
+            parts.append(builder.eq(schema.COLLECTION, collection))
+    lists = (
+        ("document_ids", schema.DOCUMENT_ID, document_ids, builder.in_),
+        ("sources", schema.SOURCE, sources, builder.in_),
+        ("media_types", schema.MEDIA_TYPE, media_types, builder.in_),
+        ("tags", schema.TAGS, tags, builder.contains_any),
+    )
+    for request_field, field_name, values, make in lists:
+        values = list(values)
+        if values:
+            with _relabel(f"options.filter.{request_field}"):
+                parts.append(make(field_name, values))
+    parts.extend(_time_conditions(builder, time_after, time_before))
+    return builder.and_(*parts)
+
+
+def _time_conditions(builder: FilterBuilder, after: int | None, before: int | None) -> list[FilterExpr]:
+    if after is None and before is None:
+        return []
+    if after is not None and before is not None and after >= before:
+        raise InvalidInputError(
+            "document_time_after must be before document_time_before",
+            field="options.filter.document_time_before",
+        )
+    conditions = [builder.ne(schema.DOC_DATE, 0)]
+    if after is not None:
+        with _relabel("options.filter.document_time_after"):
+            conditions.append(builder.gte(schema.DOC_DATE, after))
+    if before is not None:
+        with _relabel("options.filter.document_time_before"):
+            conditions.append(builder.lt(schema.DOC_DATE, before))
+    return conditions

@@ -1,0 +1,123 @@
+"""MilvusChunkStore: chunk rows with dense vectors (and server-side BM25 where supported)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ragrpc import errors
+from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
+from ragrpc.store import schema as s
+from ragrpc.store.filters import FilterExpr
+from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
+from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+
+logger = logging.getLogger(__name__)
+
+_INSERT_BATCH = 512
+_QUERY_LIMIT = 16384
+
+
+def chunk_to_row(chunk: ChunkRecord) -> dict[str, Any]:
+    return {
+        s.CHUNK_ID: chunk.chunk_id, s.TENANT: chunk.tenant, s.COLLECTION: chunk.collection,
+        s.DOCUMENT_ID: chunk.document_id, s.GENERATION: chunk.generation, s.TEXT: chunk.text,
+        s.SOURCE: chunk.source[: s.VARCHAR_LIMITS[s.SOURCE]], s.TITLE: chunk.title[: s.VARCHAR_LIMITS[s.TITLE]],
+        s.MEDIA_TYPE: chunk.media_type, s.PAGE_START: chunk.page_start, s.PAGE_END: chunk.page_end,
+        s.SECTION_PATH: s.SECTION_SEPARATOR.join(chunk.section_path)[: s.VARCHAR_LIMITS[s.SECTION_PATH]],
+        s.CHUNK_INDEX: chunk.chunk_index, s.CHUNKER: chunk.chunker, s.KIND: int(chunk.kind),
+        s.PARENT_ID: chunk.parent_id, s.CONTENT_HASH: chunk.content_hash,
+        s.TAGS: [t[: s.MAX_TAG_LENGTH] for t in chunk.tags[: s.MAX_TAGS]], s.DOC_DATE: chunk.doc_date,
+        s.CREATED_AT: chunk.created_at, s.METADATA: chunk.metadata, s.DENSE: list(map(float, chunk.vector)),
+    }
+
+
+def row_to_chunk(row: dict[str, Any]) -> ChunkRecord:
+    entity = row.get("entity", row)
+    section = entity.get(s.SECTION_PATH) or ""
+    vector = entity.get(s.DENSE)
+    return ChunkRecord(
+        chunk_id=entity[s.CHUNK_ID], document_id=entity[s.DOCUMENT_ID], tenant=entity[s.TENANT],
+        collection=entity[s.COLLECTION], generation=entity[s.GENERATION], text=entity[s.TEXT],
+        vector=list(vector) if vector is not None else [], chunk_index=int(entity[s.CHUNK_INDEX]),
+        chunker=entity[s.CHUNKER], source=entity[s.SOURCE], title=entity[s.TITLE],
+        media_type=entity[s.MEDIA_TYPE], page_start=int(entity[s.PAGE_START]), page_end=int(entity[s.PAGE_END]),
+        section_path=tuple(section.split(s.SECTION_SEPARATOR)) if section else (),
+        kind=ChunkKind(int(entity[s.KIND])), parent_id=entity[s.PARENT_ID], content_hash=entity[s.CONTENT_HASH],
+        tags=tuple(entity.get(s.TAGS) or ()), doc_date=int(entity[s.DOC_DATE]),
+        created_at=int(entity[s.CREATED_AT]), metadata=dict(entity.get(s.METADATA) or {}),
+    )
+
+
+class MilvusChunkStore:
+    """ChunkStore over the `<prefix>_chunks` collection."""
+
+    def __init__(self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig,
+                 setup: CollectionSetup) -> None:
+        self._conn = connection
+        self._names = names
+        self._index = index
+        self._setup = setup
+
+    @property
+    def supports_bm25(self) -> bool:
+        return self._setup.bm25_supported
+
+    @translate_errors
+    def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
+        for start in range(0, len(chunks), _INSERT_BATCH):
+            rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
+            self._conn.call(lambda c, rows=rows: c.insert(self._names.chunks, rows))
+
+    @translate_errors
+    def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
+        for start in range(0, len(chunks), _INSERT_BATCH):
+            rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
+            self._conn.call(lambda c, rows=rows: c.upsert(self._names.chunks, rows))
+
+    @translate_errors
+    def delete_chunks(self, expr: FilterExpr) -> int:
+        result = self._conn.call(lambda c: c.delete(self._names.chunks, filter=expr.render()))
+        return int(result.get("delete_count", 0)) if isinstance(result, dict) else 0
+
+    @translate_errors
+    def count_chunks(self, expr: FilterExpr) -> int:
+        rows = self._conn.call(lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=["count(*)"]))
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    @translate_errors
+    def query_chunks(self, expr: FilterExpr, limit: int = _QUERY_LIMIT, with_vectors: bool = False) -> list[ChunkRecord]:
+        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        rows = self._conn.call(lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields,
+                                                 limit=limit))
+        return [row_to_chunk(r) for r in rows]
+
+    @translate_errors
+    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+        params = self._index.search_params(limit)
+        result = self._conn.call(lambda c: c.search(
+            self._names.chunks, data=[np.asarray(vector, dtype=np.float32).tolist()], anns_field=s.DENSE,
+            filter=expr.render(), limit=limit, output_fields=list(s.CHUNK_OUTPUT_FIELDS), search_params=params))
+        hits: list[ScoredChunk] = []
+        for hit in result[0] if result else []:
+            score = float(hit["distance"])
+            hits.append(ScoredChunk(chunk=row_to_chunk(hit), score=score, scores=StageScores(dense=score)))
+        return hits
+
+    @translate_errors
+    def search_bm25(self, query: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+        if not self.supports_bm25:
+            raise errors.PreconditionError(
+                "this Milvus server has no BM25 function (Milvus < 2.5); set RAGRPC_SPARSE_BACKEND=rank_bm25",
+                reason="BM25_UNSUPPORTED")
+        result = self._conn.call(lambda c: c.search(
+            self._names.chunks, data=[query], anns_field=s.SPARSE, filter=expr.render(), limit=limit,
+            output_fields=list(s.CHUNK_OUTPUT_FIELDS), search_params={"metric_type": "BM25"}))
+        hits: list[ScoredChunk] = []
+        for hit in result[0] if result else []:
+            # milvus-lite reports BM25 as a negative distance; Milvus proper as a positive score.
+            score = abs(float(hit["distance"]))
+            hits.append(ScoredChunk(chunk=row_to_chunk(hit), score=score, scores=StageScores(sparse=score)))
+        return hits

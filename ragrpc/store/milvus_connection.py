@@ -1,0 +1,121 @@
+"""Connecting to Milvus and translating its failures into ragrpc errors.
+
+Works against a `milvus-lite server`, Milvus standalone/distributed and Zilliz alike: only
+the URI changes. Connection loss becomes UnavailableError (retriable) so callers see
+UNAVAILABLE with retry information, and the client reconnects by itself when the
+server returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ragrpc import errors
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_UNAVAILABLE_HINTS = (
+    "connect", "unavailable", "deadline", "timeout", "timed out", "socket closed", "connection refused",
+    "failed to connect", "not ready", "closed channel", "goaway", "broken pipe", "reset by peer",
+)
+
+
+def _looks_unavailable(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(hint in text for hint in _UNAVAILABLE_HINTS)
+
+
+def translate_errors(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorator: a Milvus failure becomes UnavailableError (connection) or InternalError."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except errors.RagrpcError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the store boundary
+            if _looks_unavailable(exc):
+                raise errors.UnavailableError(
+                    f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
+                    retry_after_s=2.0, reason="STORE_UNAVAILABLE",
+                ) from exc
+            raise errors.InternalError(f"vector store call {fn.__name__} failed: {exc}") from exc
+
+    return wrapper
+
+
+class MilvusConnection:
+    """Owns one pymilvus MilvusClient; reconnects after a failure."""
+
+    def __init__(self, uri: str, token: str = "", timeout_s: float = 30.0) -> None:
+        self.uri = uri
+        self._token = token
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._connect()
+            return self._client
+
+    def _connect(self) -> Any:
+        from pymilvus import MilvusClient
+
+        try:
+            return MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            raise errors.UnavailableError(
+                f"cannot connect to the vector store at {self.uri}: {exc}",
+                retry_after_s=2.0, reason="STORE_UNAVAILABLE",
+            ) from exc
+
+    def reset(self) -> None:
+        """Drops the client so the next call reconnects."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001
+                logger.debug("closing a broken Milvus client failed", exc_info=True)
+
+    def call(self, fn: Callable[[Any], T]) -> T:
+        """Runs fn(client); on a connection failure reconnects once and retries."""
+        try:
+            return fn(self.client())
+        except errors.RagrpcError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if not _looks_unavailable(exc):
+                raise
+            logger.warning("Milvus call failed (%s); reconnecting", exc)
+            self.reset()
+            time.sleep(0.2)
+            return fn(self.client())
+
+    def wait_until_ready(self, timeout_s: float = 60.0) -> None:
+        """Blocks until the server answers (used at service start)."""
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                self.call(lambda c: c.list_collections())
+                return
+            except Exception as exc:  # noqa: BLE001
+                last = exc
+                self.reset()
+                time.sleep(0.5)
+        raise errors.UnavailableError(
+            f"the vector store at {self.uri} did not answer within {timeout_s:.0f}s: {last}",
+            reason="STORE_UNAVAILABLE",
+        )

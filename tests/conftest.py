@@ -1,0 +1,76 @@
+"""Shared fixtures: in-process gRPC servers on 127.0.0.1:0 built by the real composition
+roots, over deterministic fakes (hashing embedder, in-memory stores) unless a test asks for
+the real model and a real milvus-lite server (tests/integration)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ragrpc.config import Settings
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-reliability", action="store_true", default=False,
+                     help="run the long reliability tests (make test-reliability)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-reliability"):
+        return
+    skip = pytest.mark.skip(reason="long reliability test: run with make test-reliability")
+    for item in items:
+        if "reliability" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return dataclasses.replace(Settings(), host="127.0.0.1", ingest_port=0, query_port=0, workers=2,
+                               embedding_batch_size=16)
+
+
+@dataclass
+class FakeStack:
+    embedder: HashingEmbedder
+    chunks: InMemoryChunkStore
+    registry: InMemoryDocumentRegistry
+    ingest_address: str = ""
+    query_address: str = ""
+
+
+@pytest.fixture
+def fake_stores() -> FakeStack:
+    return FakeStack(HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())
+
+
+@pytest.fixture
+async def fake_stack(settings: Settings, fake_stores: FakeStack) -> AsyncIterator[FakeStack]:
+    """Both services in-process over the same in-memory stores, each on its own port."""
+    from ingest_service.app import build_components as build_ingest
+    from ingest_service.app import start_ingest_server
+    from query_service.app import build_components as build_query
+    from query_service.app import start_query_server
+
+    ingest = build_ingest(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry)
+    query = build_query(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry,
+                        use_configured_sparse=False)
+    ingest_server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
+    query_server = await start_query_server(settings, query, "127.0.0.1:0")
+    fake_stores.ingest_address = f"127.0.0.1:{ingest_server.port}"
+    fake_stores.query_address = f"127.0.0.1:{query_server.port}"
+    try:
+        yield fake_stores
+    finally:
+        await ingest_server.stop(0)
+        await query_server.stop(0)
+        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        query.executor.shutdown(wait=False, cancel_futures=True)

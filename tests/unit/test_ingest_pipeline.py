@@ -1,0 +1,133 @@
+"""The ingestion pipeline over deterministic fakes: states, de-duplication, safe replacement,
+failure without leftovers, and recovery after a simulated crash."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from ragrpc import errors
+from ragrpc.config import Settings
+from ragrpc.models import DocumentState
+from ragrpc.store import filters as f
+from ragrpc.store import schema as s
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+
+from ingest_service.app import IngestComponents, build_components
+from ingest_service.pipeline import ProgressEvent
+from ingest_service.requests import DocumentSpecInput, IngestItem
+
+TEXT = ("Ducks are waterfowl. " * 40 + "\n\n" + "Geese are larger than ducks. " * 40).encode()
+
+
+@pytest.fixture
+def parts() -> tuple[InMemoryChunkStore, InMemoryDocumentRegistry, IngestComponents]:
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    return chunks, registry, build_components(settings, HashingEmbedder(), chunks, registry)
+
+
+def item(content: bytes = TEXT, document_id: str = "", file_name: str = "birds.txt") -> IngestItem:
+    return IngestItem("t1", DocumentSpecInput(document_id=document_id, file_name=file_name), content)
+
+
+def chunk_count(chunks: InMemoryChunkStore, document_id: str) -> int:
+    return chunks.count_chunks(f.and_(f.eq(s.TENANT, "t1"), f.eq(s.DOCUMENT_ID, document_id)))
+
+
+async def test_ingest_marks_active_and_reports_stages(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    events: list[ProgressEvent] = []
+    outcome = await app.pipeline.ingest(item(), events.append)
+    record = registry.get("t1", outcome.record.document_id)
+    assert record is not None and record.state == DocumentState.ACTIVE
+    assert record.chunk_count == chunk_count(chunks, record.document_id) > 1
+    stages = [e.stage for e in events]
+    assert stages[0] == "queued" and stages[-1] == "done"
+    assert {"extracting", "chunking", "embedding", "writing"} <= set(stages)
+
+
+async def test_same_content_twice_is_a_no_op(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, _, app = parts
+    first = await app.pipeline.ingest(item())
+    before = chunk_count(chunks, first.record.document_id)
+    second = await app.pipeline.ingest(item())
+    assert second.unchanged and second.record.document_id == first.record.document_id
+    assert chunk_count(chunks, first.record.document_id) == before
+
+
+async def test_new_content_replaces_old_chunks(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    await app.pipeline.ingest(item(document_id="doc-1"))
+    old_generation = registry.get("t1", "doc-1").generation
+    await app.pipeline.ingest(item(b"Swans are the largest waterfowl.", document_id="doc-1"))
+    record = registry.get("t1", "doc-1")
+    assert record.generation != old_generation and record.chunk_count == 1
+    stored = chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-1"))
+    assert [c.generation for c in stored] == [record.generation]
+    assert "Swans" in stored[0].text
+
+
+async def test_failed_write_leaves_no_chunks_and_failed_state(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    chunks.fail_next_insert = errors.UnavailableError("store went away")
+    with pytest.raises(errors.UnavailableError):
+        await app.pipeline.ingest(item(document_id="doc-2"))
+    assert chunk_count(chunks, "doc-2") == 0
+    record = registry.get("t1", "doc-2")
+    assert record.state == DocumentState.FAILED and "store went away" in record.error
+    assert record.pending_generation == ""
+
+
+async def test_failed_replacement_keeps_previous_version(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    await app.pipeline.ingest(item(document_id="doc-3"))
+    before = registry.get("t1", "doc-3")
+    chunks.fail_next_insert = errors.UnavailableError("flaky")
+    with pytest.raises(errors.UnavailableError):
+        await app.pipeline.ingest(item(b"completely new text about swans", document_id="doc-3"))
+    after = registry.get("t1", "doc-3")
+    assert after.state == DocumentState.ACTIVE and after.generation == before.generation
+    assert chunk_count(chunks, "doc-3") == before.chunk_count
+
+
+async def test_unsupported_type_lists_supported_ones(parts) -> None:  # type: ignore[no-untyped-def]
+    _, registry, app = parts
+    with pytest.raises(errors.UnsupportedMediaTypeError) as caught:
+        await app.pipeline.ingest(item(b"\x89PNG\r\n\x1a\n" + bytes(200), file_name="x.png"))
+    assert "text/plain" in caught.value.message and "application/pdf" in caught.value.message
+
+
+async def test_recovery_removes_leftovers_of_a_crash(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    await app.pipeline.ingest(item(document_id="doc-4"))
+    record = registry.get("t1", "doc-4")
+    # Simulate a crash after writing a new attempt's chunks but before the registry switch.
+    leftovers = chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-4"), with_vectors=True)
+    for chunk in leftovers:
+        chunk.chunk_id += "-new"
+        chunk.generation = "crashed-attempt"
+    chunks.insert_chunks(leftovers)
+    record.pending_generation = "crashed-attempt"
+    registry.put(record)
+    # ... and a brand-new document that never finished.
+    registry.put(dataclasses.replace(record, document_id="doc-5", state=DocumentState.PROCESSING, generation="",
+                                     pending_generation="g5"))
+    counts = app.recovery.run()
+    assert counts["attempts_rolled_back"] == 2
+    assert chunk_count(chunks, "doc-4") == record.chunk_count
+    assert registry.get("t1", "doc-4").pending_generation == ""
+    assert registry.get("t1", "doc-5").state == DocumentState.FAILED
+    assert not registry.in_state(DocumentState.PROCESSING)
+
+
+async def test_concurrent_ingest_of_one_id_is_serialised(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    await asyncio.gather(app.pipeline.ingest(item(TEXT, document_id="doc-6")),
+                         app.pipeline.ingest(item(b"other text entirely", document_id="doc-6")))
+    record = registry.get("t1", "doc-6")
+    stored = chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-6"))
+    assert {c.generation for c in stored} == {record.generation}
+    assert len(stored) == record.chunk_count

@@ -1,0 +1,21 @@
+"""The README stays in step with the code: it opens with the two commands, and its
+configuration table is exactly what Settings declares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragrpc.config import settings_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_opens_with_demo_and_test() -> None:
+    text = README.read_text()
+    first_block = text.split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_configuration_table_matches_settings() -> None:
+    assert settings_table() in README.read_text()
