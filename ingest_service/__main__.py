@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ingest_service.app import build_components, run_recovery, start_ingest_server
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
 from ragrpc.server import serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores
-
-from ingest_service.app import build_components, run_recovery, start_ingest_server
 
 logger = logging.getLogger("ingest_service")
 

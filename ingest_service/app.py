@@ -9,14 +9,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ragrpc.config import Settings
-from ragrpc.embeddings import Embedder
-from ragrpc.models import ExtractedDocument
-from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor
-from ragrpc.server import RunningServer, ServiceRegistration, build_server
-from ragrpc.store.base import ChunkStore, DocumentRegistry
-from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
-
 from ingest_service.chunk_planner import ChunkPlannerImpl
 from ingest_service.clean import clean_blocks
 from ingest_service.documents import DocumentRecovery, DocumentService
@@ -25,6 +17,13 @@ from ingest_service.extract.base import ExtractionLimits
 from ingest_service.jobs import IngestJobRunner
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
+from ragrpc.config import Settings
+from ragrpc.embeddings import Embedder
+from ragrpc.models import ExtractedDocument
+from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor
+from ragrpc.server import RunningServer, ServiceRegistration, build_server
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 logger = logging.getLogger(__name__)
 

@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ingest_service.chunking import build_chunker
+from ingest_service.chunking.base import ChunkingConfig
 from ragrpc import errors
 from ragrpc.models import ChunkDraft, ExtractedDocument
 from ragrpc.tokens import TokenCounter
-
-from ingest_service.chunking import build_chunker
-from ingest_service.chunking.base import ChunkingConfig
 
 
 class ChunkPlannerImpl:

@@ -7,10 +7,9 @@ import time
 
 import numpy as np
 
-from ragrpc.models import ChunkDraft, ChunkKind, ChunkRecord
-
 from ingest_service.document_facts import DocumentFacts
 from ingest_service.requests import IngestItem
+from ragrpc.models import ChunkDraft, ChunkKind, ChunkRecord
 
 
 def chunk_id_for(tenant: str, document_id: str, generation: str, index: int) -> str:

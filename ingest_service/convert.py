@@ -6,12 +6,11 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
-from ragrpc.v1 import ingest_pb2
-
 from ingest_service.jobs import JobSummary
 from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import DocumentSpecInput
+from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
+from ragrpc.v1 import ingest_pb2
 
 _STAGES = {
     "queued": ingest_pb2.INGEST_STAGE_QUEUED, "extracting": ingest_pb2.INGEST_STAGE_EXTRACTING,

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import PurePath
 
-from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
-
 from ingest_service.requests import IngestItem
+from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
 
 
 @dataclass

@@ -8,14 +8,13 @@ import binascii
 import logging
 from dataclasses import dataclass
 
-from ragrpc import errors
-from ragrpc.models import DocumentRecord, DocumentState
-from ragrpc.store.filters import FilterBuilder
-from ragrpc.store import schema as s
-from ragrpc.store.base import ChunkStore, DocumentRegistry
-
 from ingest_service.requests import DOCUMENT_ID_PATTERN, DocumentSpecInput, validate_spec
 from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
+from ragrpc import errors
+from ragrpc.models import DocumentRecord, DocumentState
+from ragrpc.store import schema as s
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.store.filters import FilterBuilder
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,11 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
+from ingest_service.pipeline import IngestPipeline, ProgressEvent
+from ingest_service.requests import IngestItem
 from ragrpc import errors
 from ragrpc.models import DocumentState, IngestJobRecord
 from ragrpc.store.base import DocumentRegistry
-
-from ingest_service.pipeline import IngestPipeline, ProgressEvent
-from ingest_service.requests import IngestItem
 
 logger = logging.getLogger(__name__)
 

@@ -23,15 +23,14 @@ from typing import Protocol
 
 import numpy as np
 
-from ragrpc import errors
-from ragrpc.embeddings import Embedder
-from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
-from ragrpc.store.base import ChunkStore, DocumentRegistry
-
 from ingest_service.chunk_records import build_chunk_records
 from ingest_service.document_facts import DocumentFacts, gather_facts
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ingest_service.stale_chunks import chunks_of_generation
+from ragrpc import errors
+from ragrpc.embeddings import Embedder
+from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
+from ragrpc.store.base import ChunkStore, DocumentRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -9,16 +9,15 @@ from concurrent.futures import Executor
 
 import grpc
 
-from ragrpc import errors
-from ragrpc.models import DocumentState
-from ragrpc.request_context import current_tenant
-from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
-
 from ingest_service import convert
 from ingest_service.documents import DocumentService
 from ingest_service.jobs import IngestJobRunner
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.requests import IngestItem
+from ragrpc import errors
+from ragrpc.models import DocumentState
+from ragrpc.request_context import current_tenant
+from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 
 class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):

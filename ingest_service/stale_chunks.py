@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ragrpc.store import filters as f
-from ragrpc.store.filters import FilterExpr
 from ragrpc.store import schema as s
+from ragrpc.store.filters import FilterExpr
 
 
 def chunks_of_generation(tenant: str, document_id: str, generation: str) -> FilterExpr:

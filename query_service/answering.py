@@ -16,9 +16,6 @@ from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from ragrpc import errors
-from ragrpc.models import ScoredChunk
-
 from query_service.context import ContextSource
 from query_service.generation.base import ChatMessage, GenerationDone, RetractionEvent, TokenEvent
 from query_service.generation.chain import FallbackChain
@@ -26,6 +23,8 @@ from query_service.generation.citations import parse_citations
 from query_service.prompt_templates import PromptBuilder
 from query_service.retrieval import RetrievalPipeline
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult
+from ragrpc import errors
+from ragrpc.models import ScoredChunk
 
 
 @dataclass

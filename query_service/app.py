@@ -7,6 +7,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from query_service.analyzer import EnglishAnalyzer
+from query_service.answering import AnswerService
+from query_service.context import ContextAssembler
+from query_service.generation import build_generator_chain, parse_endpoints
+from query_service.prompt_templates import PromptBuilder, PromptTemplates
+from query_service.rerank import CrossEncoderReranker, Reranker
+from query_service.retrieval import RetrievalPipeline, SparseRetriever
+from query_service.servicer import RetrievalLimits, RetrieveServicer
+from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
+from query_service.sparse_index import InProcessBm25Index
+from query_service.sparse_sync import SparseIndexSync
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
@@ -15,15 +26,6 @@ from ragrpc.server import RunningServer, ServiceRegistration, build_server
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.tokens import TiktokenCounter
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
-
-from query_service.answering import AnswerService
-from query_service.context import ContextAssembler
-from query_service.generation import build_generator_chain, parse_endpoints
-from query_service.prompt_templates import PromptBuilder, PromptTemplates
-from query_service.rerank import CrossEncoderReranker, Reranker
-from query_service.retrieval import RetrievalPipeline, SparseRetriever
-from query_service.servicer import RetrievalLimits, RetrieveServicer
-from query_service.sparse import MilvusBm25Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class QueryComponents:
     limits: RetrievalLimits
 
 
-def build_sparse(settings: Settings, chunks: ChunkStore) -> SparseRetriever | None:
+def build_sparse(settings: Settings, chunks: ChunkStore, registry: DocumentRegistry) -> SparseRetriever | None:
     backend = settings.sparse_backend.lower()
     if backend == "none":
         return None
@@ -49,6 +51,12 @@ def build_sparse(settings: Settings, chunks: ChunkStore) -> SparseRetriever | No
                 "RAGRPC_SPARSE_BACKEND=milvus_bm25 but the collection has no BM25 function "
                 "(Milvus < 2.5); use rank_bm25 or none")
         return MilvusBm25Retriever(chunks)
+    if backend == "rank_bm25":
+        index = InProcessBm25Index(EnglishAnalyzer())
+        sync = SparseIndexSync(index, registry, chunks)
+        loaded = sync.load_all()
+        logger.info("rank_bm25 index loaded: %d chunks of %d documents", loaded, sync.indexed_documents)
+        return RankBm25Retriever(index, sync)
     raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")
 
 
@@ -65,7 +73,7 @@ def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
                      use_configured_sparse: bool = True) -> QueryComponents:
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
     if sparse is None and use_configured_sparse:
-        sparse = build_sparse(settings, chunks)
+        sparse = build_sparse(settings, chunks, registry)
     retrieval = RetrievalPipeline(embedder=embedder, chunks=chunks, registry=registry, sparse=sparse,
                                   reranker=reranker, executor=executor, rerank_top_n=settings.rerank_top_n)
     counter = TiktokenCounter(settings.tiktoken_encoding)

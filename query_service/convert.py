@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ragrpc import errors
-from ragrpc.models import ScoredChunk
-from ragrpc.v1 import common_pb2, retrieve_pb2
-
 from query_service.answering import AnswerFinished, AskQuery, CitationFound
 from query_service.context import ContextSource
 from query_service.generation.base import ChatMessage
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult
+from ragrpc import errors
+from ragrpc.models import ScoredChunk
+from ragrpc.v1 import common_pb2, retrieve_pb2
 
 _SCORE_KINDS = {
     "cosine": common_pb2.SCORE_KIND_COSINE, "bm25": common_pb2.SCORE_KIND_BM25, "rrf": common_pb2.SCORE_KIND_RRF,

@@ -17,6 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from query_service.diversity import MmrDiversifier
+from query_service.fusion import RrfFusion, WeightedFusion
+from query_service.rerank import Reranker
+from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
 from ragrpc import errors
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ScoredChunk, document_key
@@ -24,11 +28,6 @@ from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
-
-from query_service.diversity import MmrDiversifier
-from query_service.fusion import RrfFusion, WeightedFusion
-from query_service.rerank import Reranker
-from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class SparseRetriever(Protocol):
 
     name: str
 
-    def search(self, query: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
+    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
 
 
 class RetrievalPipeline:
@@ -99,7 +98,7 @@ class RetrievalPipeline:
             if query.mode == "dense" or self._sparse is None:
                 return []
             with timer.stage("sparse_search"):
-                return await self._run(self._sparse.search, query.text, expr, query.candidates)
+                return await self._run(self._sparse.search, query.text, query.tenant, expr, query.candidates)
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
         return dense_hits, sparse_hits
@@ -151,7 +150,7 @@ class RetrievalPipeline:
         if len(usable) < 2:
             return hits
         matrix = np.asarray([vectors[h.chunk.chunk_id] for h in usable], dtype=np.float32)
-        chosen = MmrDiversifier(query.mmr_lambda).select(usable, matrix, query.top_k)
+        chosen = MmrDiversifier(query.mmr_lambda).diversify(usable, matrix, query.top_k)
         return list(chosen)
 
     async def _attach_parents(self, hits: list[ScoredChunk]) -> None:

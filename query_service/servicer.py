@@ -8,15 +8,14 @@ from dataclasses import dataclass
 
 import grpc
 
-from ragrpc import errors
-from ragrpc.request_context import current_tenant
-from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
-
 from query_service import convert
 from query_service.answering import AnswerFinished, AnswerService, CitationFound, SourcesReady
 from query_service.generation.base import RetractionEvent, TokenEvent
 from query_service.retrieval import RetrievalPipeline
 from query_service.retrieval_types import RetrievalQuery
+from ragrpc import errors
+from ragrpc.request_context import current_tenant
+from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 
 
 @dataclass(frozen=True)

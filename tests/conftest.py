@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def settings() -> Settings:
     return dataclasses.replace(Settings(), host="127.0.0.1", ingest_port=0, query_port=0, workers=2,
-                               embedding_batch_size=16)
+                               embedding_batch_size=16, sparse_backend="rank_bm25")
 
 
 @dataclass
@@ -61,8 +61,7 @@ async def fake_stack(settings: Settings, fake_stores: FakeStack) -> AsyncIterato
     from query_service.app import start_query_server
 
     ingest = build_ingest(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry)
-    query = build_query(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry,
-                        use_configured_sparse=False)
+    query = build_query(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry)
     ingest_server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
     query_server = await start_query_server(settings, query, "127.0.0.1:0")
     fake_stores.ingest_address = f"127.0.0.1:{ingest_server.port}"

@@ -3,12 +3,13 @@ ragrpc.testing has in-memory versions with the same contract."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
-from ragrpc.store.filters import FilterExpr
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, IngestJobRecord, ScoredChunk
+from ragrpc.store.filters import FilterExpr
 
 
 class ChunkStore(Protocol):
@@ -27,6 +28,8 @@ class ChunkStore(Protocol):
     def count_chunks(self, expr: FilterExpr) -> int: ...
 
     def query_chunks(self, expr: FilterExpr, limit: int, with_vectors: bool = False) -> list[ChunkRecord]: ...
+
+    def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]: ...
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
+from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
 from ragrpc.store.milvus_chunks import MilvusChunkStore
@@ -34,6 +37,16 @@ def open_milvus_stores(settings: Settings, *, model_id: str, dimension: int, wri
     names = CollectionNames.with_prefix(settings.collection_prefix)
     index = index_config(settings)
     setup = CollectionSetup(connection, names, index)
-    setup.ensure(model_id, dimension, create=writer)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            setup.ensure(model_id, dimension, create=writer)
+            break
+        except errors.PreconditionError as exc:
+            # A reader started before the writer created the collections: wait for it.
+            if isinstance(exc, errors.ModelMismatchError) or time.monotonic() > deadline:
+                raise
+            logging.getLogger(__name__).info("waiting for the collections: %s", exc.message)
+            time.sleep(1.0)
     return MilvusStores(connection, setup, MilvusChunkStore(connection, names, index, setup),
                         MilvusDocumentRegistry(connection, names))

@@ -23,6 +23,7 @@ Safety rules (a value can never change the structure of the expression):
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -46,13 +47,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPE_PATTERN = re.compile(r'[\\"\n\r\t]')
-_COMPARISONS: Mapping[str, Callable[[Any, Any], bool]] = MappingProxyType({
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
+_COMPARISONS: Mapping[str, Callable[[Any, Any], Any]] = MappingProxyType({
+    "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+    ">=": operator.ge, "<": operator.lt, "<=": operator.le,
 })
 
 
@@ -62,7 +59,7 @@ def quote_string(value: str) -> str:
         raise TypeError(f"expected str, got {type(value).__name__}")
     bad = _FORBIDDEN_CHARS.search(value)
     if bad:
-        raise InvalidInputError(f"control character U+{ord(bad.group()):04X} is not allowed in a filter value")
+        raise InvalidInputError(f"character U+{ord(bad.group()):04X} is not allowed in a filter value")
     return '"' + _ESCAPE_PATTERN.sub(lambda m: _ESCAPES[m.group()], value) + '"'
 
 
@@ -310,7 +307,7 @@ class FilterBuilder:
         if not checked:
             raise InvalidInputError(f"{field_name} needs at least one value", field=field_name)
         if len(checked) > self._max_values:
-            raise InvalidInputError(f"{field_name} allows at most {self._max_values} values", field=field_name)
+            raise InvalidInputError(f"{field_name} takes at most {self._max_values} values", field=field_name)
         return checked
 
 
@@ -335,17 +332,11 @@ def _relabel(field_path: str) -> Iterator[None]:
         raise InvalidInputError(error.message, field=field_path, reason=error.reason) from error
 
 
-DEFAULT_BUILDER = FilterBuilder()
-eq = DEFAULT_BUILDER.eq
-ne = DEFAULT_BUILDER.ne
-gt = DEFAULT_BUILDER.gt
-gte = DEFAULT_BUILDER.gte
-lt = DEFAULT_BUILDER.lt
-lte = DEFAULT_BUILDER.lte
-in_ = DEFAULT_BUILDER.in_
-contains_any = DEFAULT_BUILDER.contains_any
-and_ = DEFAULT_BUILDER.and_
-or_ = DEFAULT_BUILDER.or_
+DEFAULT_BUILDER = FilterBuilder()  # immutable; these functions build for schema.FILTERABLE_FIELDS
+eq, ne, gt, gte, lt, lte = (DEFAULT_BUILDER.eq, DEFAULT_BUILDER.ne, DEFAULT_BUILDER.gt, DEFAULT_BUILDER.gte,
+                            DEFAULT_BUILDER.lt, DEFAULT_BUILDER.lte)
+in_, contains_any = DEFAULT_BUILDER.in_, DEFAULT_BUILDER.contains_any
+and_, or_ = DEFAULT_BUILDER.and_, DEFAULT_BUILDER.or_
 
 
 def filter_from_request(

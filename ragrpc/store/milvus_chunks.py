@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,9 @@ import numpy as np
 from ragrpc import errors
 from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
 from ragrpc.store import schema as s
-from ragrpc.store.filters import FilterExpr
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
-from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+from ragrpc.store.filters import FilterExpr
+from ragrpc.store.milvus_connection import MilvusConnection, translate_errors, translate_exception
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,26 @@ class MilvusChunkStore:
         rows = self._conn.call(lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields,
                                                  limit=limit))
         return [row_to_chunk(r) for r in rows]
+
+    def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
+        """All chunks matching expr, in batches (no vectors), via a query iterator."""
+        try:
+            iterator = self._conn.call(lambda c: c.query_iterator(
+                self._names.chunks, batch_size=batch_size, filter=expr.render(),
+                output_fields=list(s.CHUNK_OUTPUT_FIELDS)))
+        except Exception as exc:  # noqa: BLE001
+            raise translate_exception(exc, "scan_chunks") from exc
+        try:
+            while True:
+                try:
+                    rows = iterator.next()
+                except Exception as exc:  # noqa: BLE001
+                    raise translate_exception(exc, "scan_chunks") from exc
+                if not rows:
+                    return
+                yield [row_to_chunk(r) for r in rows]
+        finally:
+            iterator.close()
 
     @translate_errors
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:

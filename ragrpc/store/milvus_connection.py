@@ -32,6 +32,17 @@ def _looks_unavailable(exc: BaseException) -> bool:
     return any(hint in text for hint in _UNAVAILABLE_HINTS)
 
 
+def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
+    """The ragrpc error for a Milvus failure: UnavailableError (connection) or InternalError."""
+    if isinstance(exc, errors.RagrpcError):
+        return exc
+    if _looks_unavailable(exc):
+        return errors.UnavailableError(
+            f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
+            retry_after_s=2.0, reason="STORE_UNAVAILABLE")
+    return errors.InternalError(f"vector store call {operation} failed: {exc}")
+
+
 def translate_errors(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorator: a Milvus failure becomes UnavailableError (connection) or InternalError."""
 
@@ -42,12 +53,7 @@ def translate_errors(fn: Callable[..., T]) -> Callable[..., T]:
         except errors.RagrpcError:
             raise
         except Exception as exc:  # noqa: BLE001 - the store boundary
-            if _looks_unavailable(exc):
-                raise errors.UnavailableError(
-                    f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
-                    retry_after_s=2.0, reason="STORE_UNAVAILABLE",
-                ) from exc
-            raise errors.InternalError(f"vector store call {fn.__name__} failed: {exc}") from exc
+            raise translate_exception(exc, fn.__name__) from exc
 
     return wrapper
 

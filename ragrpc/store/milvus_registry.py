@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord, document_key
-from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames
+from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
 
 _SCALAR_COLUMNS = (s.DOC_KEY, s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.CONTENT_HASH, s.SOURCE,

@@ -6,10 +6,18 @@ import copy
 import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
-from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, IngestJobRecord, ScoredChunk, StageScores
+from ragrpc.models import (
+    ChunkRecord,
+    DocumentRecord,
+    DocumentState,
+    IngestJobRecord,
+    ScoredChunk,
+    StageScores,
+)
 from ragrpc.store.filters import FilterExpr
 from ragrpc.store.milvus_chunks import chunk_to_row
 
@@ -56,6 +64,11 @@ class InMemoryChunkStore:
             for chunk in found:
                 chunk.vector = []
         return found
+
+    def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
+        found = self.query_chunks(expr, limit=10**9)
+        for start in range(0, len(found), batch_size):
+            yield found[start:start + batch_size]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
         candidates = self._matching(expr)

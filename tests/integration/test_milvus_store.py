@@ -71,8 +71,8 @@ def test_other_model_is_refused(milvus_settings: Settings, real_embedder) -> Non
     assert "all-MiniLM-L6-v2" in caught.value.message and errors.status_name(caught.value) == "FAILED_PRECONDITION"
 
 
-def test_reader_waits_for_the_writer(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+def test_reader_without_writer_gives_up_clearly(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
     fresh = dataclasses.replace(milvus_settings, collection_prefix=milvus_settings.collection_prefix + "_new")
     with pytest.raises(errors.PreconditionError, match="start the ingest service"):
         open_milvus_stores(fresh, model_id=real_embedder.model_id, dimension=real_embedder.dimension,
-                           writer=False)
+                           writer=False, wait_s=1.0)

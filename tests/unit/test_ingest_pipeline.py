@@ -8,16 +8,15 @@ import dataclasses
 
 import pytest
 
+from ingest_service.app import IngestComponents, build_components
+from ingest_service.pipeline import ProgressEvent
+from ingest_service.requests import DocumentSpecInput, IngestItem
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.models import DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
-
-from ingest_service.app import IngestComponents, build_components
-from ingest_service.pipeline import ProgressEvent
-from ingest_service.requests import DocumentSpecInput, IngestItem
 
 TEXT = ("Ducks are waterfowl. " * 40 + "\n\n" + "Geese are larger than ducks. " * 40).encode()
 

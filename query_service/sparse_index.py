@@ -1,0 +1,389 @@
+"""In-process BM25 (Okapi) index with incremental updates: the sparse retriever used when
+the store has no server-side BM25 (milvus-lite).
+
+Scoring is exactly rank_bm25.BM25Okapi (k1=1.5, b=0.75, epsilon=0.25): for each query term
+(repeated terms count again)
+
+    idf(t)  = ln(N - df + 0.5) - ln(df + 0.5), or epsilon * mean idf over the vocabulary
+              when negative
+    score  += idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen))
+
+Statistics scope: ONE SCOPE PER TENANT. N, df, avglen and the mean idf are computed over all
+live chunks of the tenant (every collection), never per segment and never across tenants
+(no tenant's documents influence another tenant's scores). Narrower restrictions (a
+collection, documents, sources, tags, ...) are predicates on the candidates (`allow`), so
+a collection-restricted search ranks with the tenant's statistics, as Milvus BM25 does with
+its collection-wide statistics. Scores can be negative only in tiny corpora where the mean
+idf is negative, exactly as in rank_bm25.
+
+Layout per scope: each chunk gets a slot; postings map term -> array('i') of interleaved
+(slot, term frequency) pairs; a query touches only the postings of its terms. Removal marks
+slots dead and updates the statistics at once; dead slots are purged from the postings when
+they outnumber the live ones (compaction).
+
+Concurrency: one writer and any number of readers (a writer-preferring read/write lock);
+a replacement is atomic for readers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+from array import array
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from query_service.analyzer import Analyzer
+from ragrpc.store import schema
+
+logger = logging.getLogger(__name__)
+
+AttrPredicate = Callable[[Mapping[str, Any]], bool]
+
+
+class IndexedChunk(NamedTuple):
+    """A chunk to index: its id, text and filterable attributes (schema field -> value)."""
+
+    chunk_id: str
+    text: str
+    attrs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Bm25Parameters:
+    k1: float = 1.5
+    b: float = 0.75
+    epsilon: float = 0.25
+
+
+class ReadWriteLock:
+    """Many readers or one writer; a waiting writer blocks new readers."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._condition:
+            while self._writer or self._writers_waiting:
+                self._condition.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                if not self._readers:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._condition:
+            self._writers_waiting += 1
+            while self._writer or self._readers:
+                self._condition.wait()
+            self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writer = False
+                self._condition.notify_all()
+
+
+class _GrowableArray:
+    """A numpy array with amortised O(1) append."""
+
+    def __init__(self, dtype: type, capacity: int = 1024) -> None:
+        self.data: np.ndarray = np.zeros(capacity, dtype=dtype)
+        self.size = 0
+
+    @classmethod
+    def of(cls, values: np.ndarray, min_capacity: int = 1024) -> _GrowableArray:
+        grown = cls(values.dtype.type, max(min_capacity, len(values)))
+        grown.data[: len(values)] = values
+        grown.size = len(values)
+        return grown
+
+    def append(self, value: Any) -> None:
+        if self.size == len(self.data):
+            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
+        self.data[self.size] = value
+        self.size += 1
+
+
+class _Scope:
+    """Index and statistics of one tenant. Not locked itself; the index locks."""
+
+    def __init__(self, compaction_min_dead: int) -> None:
+        self.compaction_min_dead = compaction_min_dead
+        self.postings: defaultdict[str, array] = defaultdict(partial(array, "i"))
+        self.df: dict[str, int] = {}
+        self.df_histogram: Counter[int] = Counter()  # df value -> number of terms with it
+        self.doc_len = _GrowableArray(np.float64)
+        self.alive = _GrowableArray(np.bool_)
+        self.slot_chunk_ids: list[str] = []
+        self.slot_attrs: list[Mapping[str, Any]] = []
+        self.documents: dict[str, list[int]] = {}
+        self.document_terms: dict[str, Counter[str]] = {}  # term -> chunks of the doc having it
+        self.live_chunks = 0
+        self.live_length = 0
+        self.dead_slots = 0
+        self.version = 0
+        self._mean_idf_cache: tuple[int, float] = (-1, 0.0)
+
+    # --- writes ----------------------------------------------------------------
+    def add(self, document_id: str, chunks: Sequence[IndexedChunk], frequencies: Sequence[Counter[str]],
+            tenant: str) -> None:
+        postings = self.postings
+        first_slot = len(self.slot_chunk_ids)
+        document_terms: Counter[str] = Counter()
+        for slot, (chunk, chunk_frequencies) in enumerate(zip(chunks, frequencies, strict=True), first_slot):
+            self.slot_chunk_ids.append(chunk.chunk_id)
+            self.slot_attrs.append({**chunk.attrs, schema.TENANT: tenant, schema.DOCUMENT_ID: document_id,
+                                    schema.CHUNK_ID: chunk.chunk_id})
+            length = sum(chunk_frequencies.values())
+            self.doc_len.append(length)
+            self.alive.append(True)
+            self.live_length += length
+            for term, tf in chunk_frequencies.items():
+                postings[term].extend((slot, tf))
+            document_terms.update(chunk_frequencies.keys())
+        self._change_df(document_terms)
+        self.live_chunks += len(chunks)
+        self.documents[document_id] = list(range(first_slot, first_slot + len(chunks)))
+        self.document_terms[document_id] = document_terms
+        self.version += 1
+
+    def remove(self, document_id: str) -> bool:
+        slots = self.documents.pop(document_id, None)
+        if slots is None:
+            return False
+        self._change_df({term: -count for term, count in self.document_terms.pop(document_id).items()})
+        for slot in slots:
+            self.alive.data[slot] = False
+            self.live_length -= int(self.doc_len.data[slot])
+        self.live_chunks -= len(slots)
+        self.dead_slots += len(slots)
+        self.version += 1
+        if self.dead_slots >= max(self.compaction_min_dead, self.live_chunks):
+            self.compact()
+        return True
+
+    def _change_df(self, deltas: Mapping[str, int]) -> None:
+        """Apply per-term document-frequency changes; a term whose df drops to 0 is dropped."""
+        df, histogram, postings = self.df, self.df_histogram, self.postings
+        for term, delta in deltas.items():
+            old = df.get(term, 0)
+            new = old + delta
+            if old:
+                if histogram[old] == 1:
+                    del histogram[old]
+                else:
+                    histogram[old] -= 1
+            if new:
+                df[term] = new
+                histogram[new] += 1
+            else:
+                del df[term]
+                postings.pop(term, None)
+
+    def compact(self) -> None:
+        """Drop dead slots: renumber live slots densely and rewrite the postings."""
+        alive = self.alive.data[: self.alive.size]
+        new_slot = np.cumsum(alive, dtype=np.int64) - 1
+        for term, posting in self.postings.items():
+            pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2).copy()
+            pairs = pairs[alive[pairs[:, 0]]]
+            pairs[:, 0] = new_slot[pairs[:, 0]]
+            self.postings[term] = array("i", pairs.astype(np.int32).ravel().tobytes())
+        keep = np.flatnonzero(alive)
+        self.slot_chunk_ids = [self.slot_chunk_ids[i] for i in keep]
+        self.slot_attrs = [self.slot_attrs[i] for i in keep]
+        self.doc_len = _GrowableArray.of(self.doc_len.data[keep])
+        self.alive = _GrowableArray.of(np.ones(len(keep), dtype=np.bool_))
+        self.documents = {doc: [int(new_slot[s]) for s in slots] for doc, slots in self.documents.items()}
+        self.dead_slots = 0
+        self.version += 1
+
+    # --- reads -----------------------------------------------------------------
+    def mean_idf(self) -> float:
+        version, value = self._mean_idf_cache
+        if version == self.version:
+            return value
+        dfs = np.fromiter(self.df_histogram.keys(), dtype=np.float64, count=len(self.df_histogram))
+        counts = np.fromiter(self.df_histogram.values(), dtype=np.float64, count=len(self.df_histogram))
+        idf = np.log(self.live_chunks - dfs + 0.5) - np.log(dfs + 0.5)
+        value = float((counts * idf).sum() / counts.sum()) if len(counts) else 0.0
+        self._mean_idf_cache = (self.version, value)  # benign race: readers store equal values
+        return value
+
+    def slots_of(self, document_ids: Collection[str]) -> np.ndarray:
+        found = [self.documents.get(document_id, ()) for document_id in set(document_ids)]
+        return np.fromiter(itertools.chain.from_iterable(found), dtype=np.int64)
+
+    def idf(self, term: str, floor: float) -> float:
+        df = self.df.get(term, 0)
+        if not df:
+            return 0.0
+        value = math.log(self.live_chunks - df + 0.5) - math.log(df + 0.5)
+        return floor if value < 0 else value
+
+    def scores(self, query_terms: Counter[str], params: Bm25Parameters) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate slots, their scores): live slots containing at least one query term."""
+        slot_count = self.alive.size
+        scores = np.zeros(slot_count, dtype=np.float64)
+        touched = np.zeros(slot_count, dtype=np.bool_)
+        floor = params.epsilon * self.mean_idf()
+        avg_len = self.live_length / self.live_chunks
+        lengths = self.doc_len.data
+        for term, query_tf in query_terms.items():
+            posting = self.postings.get(term)
+            if posting is None or not self.df.get(term):
+                continue
+            pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2).copy()
+            slots, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
+            norm = params.k1 * (1 - params.b + params.b * lengths[slots] / avg_len)
+            weight = query_tf * self.idf(term, floor)
+            scores[slots] += weight * (tf * (params.k1 + 1) / (tf + norm))
+            touched[slots] = True
+        candidates = np.flatnonzero(touched & self.alive.data[:slot_count])
+        return candidates, scores[candidates]
+
+
+class InProcessBm25Index:
+    """BM25 over chunks kept in memory, per-tenant statistics, incremental updates.
+
+    Documents are keyed by (tenant, document_id). Each stored chunk's attrs are extended
+    with tenant, document_id and chunk_id, so `allow` predicates (e.g.
+    `filters.filter_from_request(...).matches`) can test those too.
+    """
+
+    def __init__(
+        self,
+        analyzer: Analyzer,
+        params: Bm25Parameters = Bm25Parameters(),
+        *,
+        compaction_min_dead: int = 1024,
+    ) -> None:
+        self._analyzer = analyzer
+        self._params = params
+        self._compaction_min_dead = compaction_min_dead
+        self._scopes: dict[str, _Scope] = {}
+        self._lock = ReadWriteLock()
+
+    def add_document(self, tenant: str, document_id: str, chunks: Sequence[IndexedChunk | tuple]) -> None:
+        """Index a new document; ValueError if (tenant, document_id) is already indexed."""
+        prepared, frequencies = self._prepare(chunks)
+        with self._lock.write():
+            scope = self._scopes.setdefault(tenant, _Scope(self._compaction_min_dead))
+            if document_id in scope.documents:
+                raise ValueError(f"document {tenant}/{document_id} is already indexed")
+            scope.add(document_id, prepared, frequencies, tenant)
+
+    def remove_document(self, tenant: str, document_id: str) -> bool:
+        """Remove a document; False when it was not indexed."""
+        with self._lock.write():
+            scope = self._scopes.get(tenant)
+            removed = scope is not None and scope.remove(document_id)
+            if scope is not None and not scope.documents:
+                del self._scopes[tenant]
+            return removed
+
+    def replace_document(self, tenant: str, document_id: str, chunks: Sequence[IndexedChunk | tuple]) -> None:
+        """Atomically replace (or add) a document: readers see the old or the new chunks."""
+        prepared, frequencies = self._prepare(chunks)
+        with self._lock.write():
+            scope = self._scopes.setdefault(tenant, _Scope(self._compaction_min_dead))
+            scope.remove(document_id)
+            scope.add(document_id, prepared, frequencies, tenant)
+
+    def _prepare(
+        self, chunks: Sequence[IndexedChunk | tuple]
+    ) -> tuple[list[IndexedChunk], list[Counter[str]]]:
+        """Analyse outside the lock: the chunks and each one's term frequencies."""
+        prepared = [IndexedChunk(*chunk) for chunk in chunks]
+        return prepared, [Counter(self._analyzer.analyze(chunk.text)) for chunk in prepared]
+
+    def search(
+        self,
+        query: str,
+        top_k: int,
+        *,
+        tenant: str,
+        allow: AttrPredicate | None = None,
+        document_ids: Collection[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """Best `top_k` (chunk_id, score) of the tenant's chunks passing `allow`, best first.
+
+        Only chunks containing at least one query term are candidates; ties are broken by
+        chunk_id. `document_ids` restricts the candidates cheaply before `allow` runs (use it
+        for selective document filters: `allow` is called per candidate in score order).
+        """
+        if top_k <= 0:
+            return []
+        query_terms = Counter(self._analyzer.analyze(query))
+        if not query_terms:
+            return []
+        with self._lock.read():
+            scope = self._scopes.get(tenant)
+            if scope is None or not scope.live_chunks or not scope.live_length:
+                return []
+            slots, scores = scope.scores(query_terms, self._params)
+            if document_ids is not None:
+                keep = np.isin(slots, scope.slots_of(document_ids))
+                slots, scores = slots[keep], scores[keep]
+            return _top_allowed(scope, slots, scores, top_k, allow)
+
+    def document_count(self, tenant: str) -> int:
+        with self._lock.read():
+            scope = self._scopes.get(tenant)
+            return len(scope.documents) if scope else 0
+
+    def chunk_count(self, tenant: str) -> int:
+        with self._lock.read():
+            scope = self._scopes.get(tenant)
+            return scope.live_chunks if scope else 0
+
+
+def _top_allowed(
+    scope: _Scope, slots: np.ndarray, scores: np.ndarray, top_k: int, allow: AttrPredicate | None
+) -> list[tuple[str, float]]:
+    """Walk candidates by descending score until top_k allowed ones and all their ties are seen."""
+    picked: list[tuple[str, float]] = []
+    for index in _descending(scores, top_k):
+        score = float(scores[index])
+        if len(picked) >= top_k and score < picked[top_k - 1][1]:
+            break
+        slot = int(slots[index])
+        if allow is None or allow(scope.slot_attrs[slot]):
+            picked.append((scope.slot_chunk_ids[slot], score))
+    picked.sort(key=lambda hit: (-hit[1], hit[0]))
+    return picked[:top_k]
+
+
+def _descending(scores: np.ndarray, top_k: int) -> Iterator[int]:
+    """Indices of `scores` from highest to lowest; sorts only a head first, the rest lazily."""
+    head_size = min(len(scores), max(4 * top_k, 64))
+    if head_size == len(scores):
+        yield from np.argsort(-scores, kind="stable").tolist()
+        return
+    head = np.argpartition(-scores, head_size - 1)[:head_size]
+    head = head[np.argsort(-scores[head], kind="stable")]
+    yield from head.tolist()
+    rest = np.ones(len(scores), dtype=np.bool_)
+    rest[head] = False
+    remaining = np.flatnonzero(rest)
+    yield from remaining[np.argsort(-scores[remaining], kind="stable")].tolist()

@@ -1,0 +1,169 @@
+"""make eval: retrieval quality on BEIR-layout datasets, through the real services over gRPC.
+
+    python -m scripts.eval ../shared/eval/ir/scifact:train ../shared/eval/ir/cisi:test [--json out.json]
+
+For each dataset: start milvus-lite, the ingest service and two query services (sparse
+backend milvus_bm25 and rank_bm25), ingest the corpus through IngestDocuments (skipped when
+a previous run already ingested it: the data lives in .eval/<name>/), then Retrieve every
+judged query under each configuration and score documents ranked by their best chunk:
+nDCG@10, Recall@100, MRR@10. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from ragrpc.evaluation import BeirDataset, evaluate, load_beir
+from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
+from scripts.processes import REPO, Stack
+
+_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+BATCH = 64
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    backend: str  # which query service answers: milvus_bm25 | rank_bm25
+    mode: int
+    fusion: int = retrieve_pb2.FUSION_METHOD_UNSPECIFIED
+    mmr: float | None = None
+
+
+def configs(include_milvus_bm25: bool) -> list[Config]:
+    hybrid, dense, sparse = (retrieve_pb2.RETRIEVAL_MODE_HYBRID, retrieve_pb2.RETRIEVAL_MODE_DENSE,
+                             retrieve_pb2.RETRIEVAL_MODE_SPARSE)
+    rrf, weighted = retrieve_pb2.FUSION_METHOD_RRF, retrieve_pb2.FUSION_METHOD_WEIGHTED
+    out = [Config("dense", "rank_bm25", dense), Config("sparse rank_bm25", "rank_bm25", sparse),
+           Config("hybrid rrf", "rank_bm25", hybrid, rrf), Config("hybrid weighted", "rank_bm25", hybrid, weighted),
+           Config("dense +mmr", "rank_bm25", dense, mmr=0.7), Config("sparse rank_bm25 +mmr", "rank_bm25", sparse, mmr=0.7),
+           Config("hybrid rrf +mmr", "rank_bm25", hybrid, rrf, 0.7),
+           Config("hybrid weighted +mmr", "rank_bm25", hybrid, weighted, 0.7)]
+    if include_milvus_bm25:
+        out += [Config("sparse milvus_bm25", "milvus_bm25", sparse),
+                Config("hybrid rrf (milvus_bm25)", "milvus_bm25", hybrid, rrf)]
+    return out
+
+
+def document_id(beir_id: str) -> str:
+    return beir_id if _ID_OK.match(beir_id) else "h-" + str(abs(hash(beir_id)))
+
+
+def _batches(dataset: BeirDataset, collection: str) -> Iterator[ingest_pb2.IngestDocumentsRequest]:
+    docs = list(dataset.corpus.values())
+    for start in range(0, len(docs), BATCH):
+        items = [ingest_pb2.InlineDocument(
+            spec=ingest_pb2.DocumentSpec(document_id=document_id(d.doc_id), file_name=f"{d.doc_id}.txt",
+                                         media_type="text/plain", collection=collection, title=d.title,
+                                         metadata={"beir_id": d.doc_id}),
+            content=(f"{d.title}\n\n{d.text}" if d.title else d.text).encode())
+            for d in docs[start:start + BATCH]]
+        yield ingest_pb2.IngestDocumentsRequest(documents=items)
+
+
+def ingest(address: str, dataset: BeirDataset, collection: str) -> dict[str, float]:
+    with grpc.insecure_channel(address) as channel:
+        stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        started, chunks, failed, unchanged = time.perf_counter(), 0, 0, 0
+        for number, request in enumerate(_batches(dataset, collection)):
+            for event in stub.IngestDocuments(request, timeout=3600):
+                if event.HasField("summary"):
+                    chunks += event.summary.chunks_written
+                    failed += event.summary.failed
+                    unchanged += event.summary.unchanged
+            if number % 10 == 0:
+                print(f"  ingested {min((number + 1) * BATCH, len(dataset.corpus))}/{len(dataset.corpus)}",
+                      file=sys.stderr, flush=True)
+        elapsed = time.perf_counter() - started
+    return {"documents": len(dataset.corpus), "chunks_written": chunks, "failed": failed, "unchanged": unchanged,
+            "seconds": round(elapsed, 1)}
+
+
+def run_config(address: str, dataset: BeirDataset, collection: str, config: Config) -> tuple[dict, float]:
+    reverse = {document_id(k): k for k in dataset.corpus}
+    queries = dataset.judged_queries()
+
+    def one(item: tuple[str, str]) -> tuple[str, list[str], float]:
+        qid, text = item
+        options = retrieve_pb2.RetrievalOptions(top_k=100, candidates=200, mode=config.mode, fusion=config.fusion,
+                                                collection=collection)
+        if config.mmr is not None:
+            options.mmr_lambda = config.mmr
+        started = time.perf_counter()
+        ranking: list[str] = []
+        for response in stub.Retrieve(retrieve_pb2.RetrieveRequest(query=text, options=options), timeout=120):
+            if response.HasField("chunk"):
+                doc = reverse.get(response.chunk.chunk.document_id, response.chunk.chunk.document_id)
+                if doc not in ranking:
+                    ranking.append(doc)
+        return qid, ranking, time.perf_counter() - started
+
+    with grpc.insecure_channel(address) as channel:
+        stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(one, queries.items()))
+    run = {qid: ranking for qid, ranking, _ in results}
+    latencies = sorted(seconds for _, _, seconds in results)
+    qrels = {qid: dataset.qrels[qid] for qid in queries}
+    metrics = evaluate(run, qrels, k_values=(10, 100))
+    return metrics, latencies[len(latencies) // 2] * 1000.0
+
+
+def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
+    path_text, _, split = spec.partition(":")
+    path = Path(path_text).resolve()
+    dataset = load_beir(path, split or "test")
+    name = path.name
+    with Stack(REPO / ".eval" / name) as stack:
+        stack.start_milvus()
+        ingest_address = stack.start_ingest({"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"})
+        ingestion = ingest(ingest_address, dataset, name)
+        env = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"}
+        backends = ["rank_bm25"] + (["milvus_bm25"] if include_milvus_bm25 else [])
+        addresses = {b: stack.start_query(f"query-{b}", {**env, "RAGRPC_SPARSE_BACKEND": b}) for b in backends}
+        rows = {}
+        for config in configs(include_milvus_bm25):
+            metrics, p50 = run_config(addresses[config.backend], dataset, name, config)
+            rows[config.name] = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"],
+                                 "mrr@10": metrics["mrr@10"], "p50_ms": p50}
+            print(f"  {name:10s} {config.name:28s} nDCG@10 {metrics['ndcg@10']:.4f}", file=sys.stderr, flush=True)
+    return {"dataset": name, "split": split or "test", "queries": len(dataset.judged_queries()),
+            "ingestion": ingestion, "results": rows}
+
+
+def print_table(reports: list[dict]) -> None:
+    print(f"{'dataset':10s} {'configuration':28s} {'nDCG@10':>8s} {'R@100':>7s} {'MRR@10':>7s} {'p50 ms':>7s}")
+    for report in reports:
+        for config, row in report["results"].items():
+            print(f"{report['dataset']:10s} {config:28s} {row['ndcg@10']:8.4f} {row['recall@100']:7.4f} "
+                  f"{row['mrr@10']:7.4f} {row['p50_ms']:7.1f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("datasets", nargs="*", help="DIR[:SPLIT] of a BEIR-layout dataset (split default: test)",
+                        default=[f"{REPO.parent}/shared/eval/ir/scifact:train", f"{REPO.parent}/shared/eval/ir/cisi:test",
+                                 f"{REPO.parent}/shared/eval/ir/cranfield:test"])
+    parser.add_argument("--json", default=str(REPO / ".eval" / "results.json"), help="where to write the JSON")
+    parser.add_argument("--no-milvus-bm25", action="store_true", help="skip the milvus_bm25 sparse backend")
+    args = parser.parse_args(argv)
+    reports = [evaluate_dataset(spec, not args.no_milvus_bm25) for spec in args.datasets]
+    print_table(reports)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(reports, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
