@@ -9,6 +9,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ingest_service.admission import AdmissionGate
 from ingest_service.chunk_planner import ChunkPlannerImpl
 from ingest_service.clean import clean_blocks
 from ingest_service.documents import DocumentRecovery, DocumentService
@@ -20,8 +21,7 @@ from ingest_service.servicer import IngestServicer
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ExtractedDocument
-from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor
-from ragrpc.server import RunningServer, ServiceRegistration, build_server
+from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -41,6 +41,7 @@ class IngestComponents:
     recovery: DocumentRecovery
     jobs: IngestJobRunner
     executor: ThreadPoolExecutor
+    gate: AdmissionGate
 
 
 def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
@@ -55,25 +56,21 @@ def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
         document_timeout_s=settings.document_timeout_s, clean=clean_document,
     )
     documents = DocumentService(registry, chunks)
-    jobs = IngestJobRunner(pipeline, registry, executor)
-    return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor)
+    gate = AdmissionGate(settings.max_pending_documents)
+    jobs = IngestJobRunner(pipeline, registry, executor, gate)
+    return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate)
 
 
 async def start_ingest_server(settings: Settings, components: IngestComponents,
                               address: str | None = None) -> RunningServer:
     servicer = IngestServicer(pipeline=components.pipeline, documents=components.documents, jobs=components.jobs,
-                              executor=components.executor, max_upload_bytes=settings.max_upload_bytes,
+                              gate=components.gate, executor=components.executor, max_upload_bytes=settings.max_upload_bytes,
                               max_batch_documents=settings.max_batch_documents)
     registration = ServiceRegistration(SERVICE_NAME,
                                        lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer,
                                                                                                          server))
-    running = await build_server(
-        [registration], address=address or f"{settings.host}:{settings.ingest_port}",
-        max_message_bytes=settings.max_message_bytes,
-        interceptors=[RequestContextInterceptor(FixedTenantResolver(settings.tenant))],
-    )
-    await running.set_serving()
-    return running
+    return await host_service(settings, registration, address=address or f"{settings.host}:{settings.ingest_port}",
+                              call_timeout_s=settings.ingest_call_timeout_s)
 
 
 async def run_recovery(components: IngestComponents) -> None:

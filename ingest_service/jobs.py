@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
+from ingest_service.admission import AdmissionGate
 from ingest_service.pipeline import IngestPipeline, ProgressEvent
 from ingest_service.requests import IngestItem
 from ragrpc import errors
@@ -49,15 +50,18 @@ class IngestJobRunner:
     """Starts jobs and lets callers follow them."""
 
     def __init__(self, pipeline: IngestPipeline, registry: DocumentRegistry, executor: Executor,
-                 concurrency: int = 2) -> None:
+                 gate: AdmissionGate, concurrency: int = 2) -> None:
         self._pipeline = pipeline
+        self._gate = gate
         self._registry = registry
         self._executor = executor
         self._concurrency = max(1, concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, tenant: str, items: list[IngestItem]) -> tuple[str, AsyncIterator[JobEvent]]:
-        """Starts a job; returns its id and an iterator of its events (ending after the summary)."""
+        """Starts a job; returns its id and an iterator of its events (ending after the summary).
+        Raises LimitExceededError when the service already has too many documents queued."""
+        self._gate.reserve(len(items))
         job = IngestJobRecord(job_id=uuid.uuid4().hex, tenant=tenant, created_at=time.time(),
                               documents=[{"index": i, "document_id": it.spec.document_id, "stage": "queued",
                                           "state": int(DocumentState.PENDING)} for i, it in enumerate(items)])
@@ -103,14 +107,17 @@ class IngestJobRunner:
 
         try:
             outcome = await self._pipeline.ingest(item, report)
-            summary.succeeded += 1
-            summary.unchanged += int(outcome.unchanged)
-            summary.chunks_written += outcome.chunks_written
         except errors.RagrpcError as exc:
             summary.failed += 1
             if job.documents[index].get("stage") != "done":  # failed before the pipeline reported it
                 report(ProgressEvent(item.spec.document_id, "done", DocumentState.FAILED, error=exc.message,
                                      error_code=errors.status_name(exc)))
+        else:
+            summary.succeeded += 1
+            summary.unchanged += int(outcome.unchanged)
+            summary.chunks_written += outcome.chunks_written
+        finally:
+            self._gate.release()
         await self._persist(job)
 
     async def _persist(self, job: IngestJobRecord) -> None:

@@ -10,6 +10,7 @@ from concurrent.futures import Executor
 import grpc
 
 from ingest_service import convert
+from ingest_service.admission import AdmissionGate
 from ingest_service.documents import DocumentService
 from ingest_service.jobs import IngestJobRunner
 from ingest_service.pipeline import IngestPipeline
@@ -22,8 +23,9 @@ from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     def __init__(self, *, pipeline: IngestPipeline, documents: DocumentService, jobs: IngestJobRunner,
-                 executor: Executor, max_upload_bytes: int, max_batch_documents: int) -> None:
+                 gate: AdmissionGate, executor: Executor, max_upload_bytes: int, max_batch_documents: int) -> None:
         self._pipeline = pipeline
+        self._gate = gate
         self._documents = documents
         self._jobs = jobs
         self._executor = executor
@@ -38,7 +40,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                              context: grpc.aio.ServicerContext) -> ingest_pb2.UploadDocumentResponse:
         header, content = await self._receive_upload(request_iterator)
         item = IngestItem(tenant=current_tenant(), spec=convert.spec_from_pb(header), content=content)
-        outcome = await self._pipeline.ingest(item)
+        self._gate.reserve(1)
+        try:
+            outcome = await self._pipeline.ingest(item)
+        finally:
+            self._gate.release()
         return ingest_pb2.UploadDocumentResponse(document=convert.document_to_pb(outcome.record),
                                                  unchanged=outcome.unchanged)
 

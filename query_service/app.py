@@ -21,8 +21,7 @@ from query_service.sparse_sync import SparseIndexSync
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
-from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor
-from ragrpc.server import RunningServer, ServiceRegistration, build_server
+from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.tokens import TiktokenCounter
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
@@ -93,10 +92,5 @@ async def start_query_server(settings: Settings, components: QueryComponents,
                                 limits=components.limits)
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: retrieve_pb2_grpc.add_RetrieveServiceServicer_to_server(servicer, server))
-    running = await build_server(
-        [registration], address=address or f"{settings.host}:{settings.query_port}",
-        max_message_bytes=settings.max_message_bytes,
-        interceptors=[RequestContextInterceptor(FixedTenantResolver(settings.tenant))],
-    )
-    await running.set_serving()
-    return running
+    return await host_service(settings, registration, address=address or f"{settings.host}:{settings.query_port}",
+                              call_timeout_s=settings.query_call_timeout_s)

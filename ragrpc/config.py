@@ -68,8 +68,34 @@ class Settings:
     document_timeout_s: float = _setting(
         900.0, "RAGRPC_DOCUMENT_TIMEOUT_S", "A document still PROCESSING after this is marked FAILED")
     shutdown_grace_s: float = _setting(10.0, "RAGRPC_SHUTDOWN_GRACE_S", "Grace period on SIGTERM")
-    tenant: str = _setting("default", "RAGRPC_TENANT", "Tenant of unauthenticated requests")
+    tenant: str = _setting("default", "RAGRPC_TENANT", "Tenant of every request when authentication is off")
+    max_concurrent_rpcs: int = _setting(
+        64, "RAGRPC_MAX_CONCURRENT_RPCS", "Calls served at once per service; more get RESOURCE_EXHAUSTED")
+    max_pending_documents: int = _setting(
+        2048, "RAGRPC_MAX_PENDING_DOCUMENTS", "Documents queued for ingestion at once; more get RESOURCE_EXHAUSTED")
+    ingest_call_timeout_s: float = _setting(
+        1800.0, "RAGRPC_INGEST_CALL_TIMEOUT_S", "Server-side deadline of an ingest call")
+    query_call_timeout_s: float = _setting(
+        120.0, "RAGRPC_QUERY_CALL_TIMEOUT_S", "Server-side deadline of a Retrieve/Ask call")
+    # Security
+    api_keys: str = _setting(
+        "", "RAGRPC_API_KEYS", "API keys as 'tenant=key,...'; setting keys turns authentication on")
+    api_keys_file: str = _setting(
+        "", "RAGRPC_API_KEYS_FILE", "File of '<tenant> sha256:<hex>' lines; turns authentication on")
+    tls_cert_file: str = _setting("", "RAGRPC_TLS_CERT_FILE", "Server certificate (PEM); with the key, TLS is on")
+    tls_key_file: str = _setting("", "RAGRPC_TLS_KEY_FILE", "Server private key (PEM)")
+    tls_client_ca_file: str = _setting(
+        "", "RAGRPC_TLS_CLIENT_CA_FILE", "CA bundle of client certificates; setting it requires mutual TLS")
+    allow_plaintext_remote: bool = _setting(
+        False, "RAGRPC_ALLOW_PLAINTEXT_REMOTE", "Allow binding a non-loopback address without TLS")
+    # Observability
     log_level: str = _setting("INFO", "RAGRPC_LOG_LEVEL", "Logging level")
+    log_format: str = _setting("text", "RAGRPC_LOG_FORMAT", "Log format: text or json (one object per line)")
+    ingest_metrics_port: int = _setting(
+        9464, "RAGRPC_INGEST_METRICS_PORT", "Prometheus metrics port of the ingest service (-1: off)")
+    query_metrics_port: int = _setting(
+        9465, "RAGRPC_QUERY_METRICS_PORT", "Prometheus metrics port of the query service (-1: off)")
+    tracing: str = _setting("off", "RAGRPC_TRACING", "off or otel (OpenTelemetry; needs opentelemetry-sdk)")
     # Retrieval
     candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
     sparse_backend: str = _setting(

@@ -62,14 +62,17 @@ async def build_server(
     max_message_bytes: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
+    max_concurrent_rpcs: int | None = None,
 ) -> RunningServer:
     """Creates and starts the server on `address` ("host:port", port 0 picks a free one).
 
-    Health starts NOT_SERVING for every service; call `set_serving()` once warm.
+    Health starts NOT_SERVING for every service; call `set_serving()` once warm. Calls beyond
+    max_concurrent_rpcs are refused with RESOURCE_EXHAUSTED (load shedding).
     """
     server = grpc.aio.server(
         interceptors=[ErrorMappingInterceptor(), *interceptors],  # errors outermost
         options=server_options(max_message_bytes),
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     for service in services:
         service.add_to_server(server)
@@ -110,3 +113,21 @@ async def serve_until_signalled(running: RunningServer, grace_s: float,
             await result
     waiter.cancel()
     stopper.cancel()
+
+
+async def host_service(settings: Any, registration: ServiceRegistration, *, address: str, call_timeout_s: float,
+                       extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> RunningServer:
+    """Starts one ragrpc service with the house defaults: TLS/plaintext rule, tenant resolution
+    (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING."""
+    from ragrpc.deadlines import DeadlineInterceptor
+    from ragrpc.request_context import RequestContextInterceptor
+    from ragrpc.security import server_credentials, tenant_resolver
+
+    running = await build_server(
+        [registration], address=address, max_message_bytes=settings.max_message_bytes,
+        interceptors=[*extra_interceptors, RequestContextInterceptor(tenant_resolver(settings)),
+                      DeadlineInterceptor(call_timeout_s)],
+        credentials=server_credentials(settings), max_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
+    await running.set_serving()
+    return running

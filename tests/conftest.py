@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,24 +53,31 @@ def fake_stores() -> FakeStack:
     return FakeStack(HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())
 
 
-@pytest.fixture
-async def fake_stack(settings: Settings, fake_stores: FakeStack) -> AsyncIterator[FakeStack]:
-    """Both services in-process over the same in-memory stores, each on its own port."""
+@asynccontextmanager
+async def running_stack(settings: Settings, stores: FakeStack) -> AsyncIterator[FakeStack]:
+    """Both services in-process over the given stores, each on its own port 0 address."""
     from ingest_service.app import build_components as build_ingest
     from ingest_service.app import start_ingest_server
     from query_service.app import build_components as build_query
     from query_service.app import start_query_server
 
-    ingest = build_ingest(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry)
-    query = build_query(settings, fake_stores.embedder, fake_stores.chunks, fake_stores.registry)
+    ingest = build_ingest(settings, stores.embedder, stores.chunks, stores.registry)
+    query = build_query(settings, stores.embedder, stores.chunks, stores.registry)
     ingest_server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
     query_server = await start_query_server(settings, query, "127.0.0.1:0")
-    fake_stores.ingest_address = f"127.0.0.1:{ingest_server.port}"
-    fake_stores.query_address = f"127.0.0.1:{query_server.port}"
+    stores.ingest_address = f"127.0.0.1:{ingest_server.port}"
+    stores.query_address = f"127.0.0.1:{query_server.port}"
     try:
-        yield fake_stores
+        yield stores
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)
         ingest.executor.shutdown(wait=False, cancel_futures=True)
         query.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture
+async def fake_stack(settings: Settings, fake_stores: FakeStack) -> AsyncIterator[FakeStack]:
+    """Both services in-process over the same in-memory stores, each on its own port."""
+    async with running_stack(settings, fake_stores) as stack:
+        yield stack

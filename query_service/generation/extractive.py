@@ -30,6 +30,7 @@ NO_SOURCES_ANSWER = "No sources were found for this question, so it cannot be an
 _CITATION_LIKE = re.compile(r"\s*\[\s*\d+(?:\s*[-–,;]\s*\d+)*\s*\]")
 _PIECE = re.compile(r"\s*\S+")
 _K1, _B = 1.2, 0.75
+_MIN_WORDS = 6  # shorter pieces without a full stop are headings or labels
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,15 @@ def _sentences(sources: Sequence[ContextSource]) -> list[_Sentence]:
     for source in sources:
         for position, sentence in enumerate(split_sentences(source.text)):
             clean = " ".join(_CITATION_LIKE.sub("", sentence).split())
-            if clean:
+            if _is_statement(clean):
                 out.append(_Sentence(source.number, position, clean, tuple(terms(clean))))
     return out
+
+
+def _is_statement(text: str) -> bool:
+    """A sentence worth quoting: not a bare heading, label or fragment."""
+    words = text.split()
+    return len(words) >= _MIN_WORDS or (len(words) >= 3 and text[-1:] in ".!?")
 
 
 def score_sentences(question: str, sentences: Sequence[_Sentence]) -> list[tuple[float, _Sentence]]:
