@@ -14,24 +14,59 @@ generated `ragrpc.v1` code only (no torch, pymilvus, numpy or sentence-transform
         print(answer.answer, answer.final.model)
 """
 
-from clients.async_client import (AsyncAskStream, AsyncIngestClient, AsyncIngestStream, AsyncRetrieveClient,
-                                  AsyncRetrieveStream)
+from clients.async_client import (
+                                  AsyncAskStream,
+                                  AsyncIngestClient,
+                                  AsyncIngestStream,
+                                  AsyncRetrieveClient,
+                                  AsyncRetrieveStream,
+)
 from clients.channel import ChannelSettings, create_aio_channel, create_channel, service_config
 from clients.convert import NewDocument
-from clients.errors import (AlreadyExists, Cancelled, DeadlineExceeded, FailedPrecondition, FieldViolation,
-                            Internal, InvalidArgument, NotFound, RagrpcClientError, ResourceExhausted,
-                            Unauthenticated, Unavailable, from_rpc_error)
-from clients.events import (AskEvent, BatchSummary, Citation, Final, Hit, IngestEvent, Progress, Retraction,
-                            RetrievalSummary, Source, Token)
-from clients.sync_client import (AskStream, IngestClient, IngestStream, RetrieveClient, RetrieveStream,
-                                 wait_until_serving)
+from clients.errors import (
+                                  AlreadyExists,
+                                  Cancelled,
+                                  DeadlineExceeded,
+                                  FailedPrecondition,
+                                  FieldViolation,
+                                  Internal,
+                                  InvalidArgument,
+                                  NotFound,
+                                  RagrpcClientError,
+                                  ResourceExhausted,
+                                  Unauthenticated,
+                                  Unavailable,
+                                  from_rpc_error,
+)
+from clients.events import (
+                                  AskEvent,
+                                  BatchSummary,
+                                  Citation,
+                                  Final,
+                                  Hit,
+                                  IngestEvent,
+                                  Progress,
+                                  Retraction,
+                                  RetrievalSummary,
+                                  Source,
+                                  Token,
+)
+from clients.sync_client import (
+                                  AskStream,
+                                  IngestClient,
+                                  IngestStream,
+                                  RetrieveClient,
+                                  RetrieveStream,
+                                  wait_until_serving,
+)
 
 __all__ = [
     "AlreadyExists", "AskEvent", "AskStream", "AsyncAskStream", "AsyncIngestClient", "AsyncIngestStream",
     "AsyncRetrieveClient", "AsyncRetrieveStream", "BatchSummary", "Cancelled", "ChannelSettings", "Citation",
     "DeadlineExceeded", "FailedPrecondition", "FieldViolation", "Final", "Hit", "IngestClient", "IngestEvent",
     "IngestStream", "Internal", "InvalidArgument", "NewDocument", "NotFound", "Progress", "RagrpcClientError",
-    "ResourceExhausted", "Retraction", "RetrievalSummary", "RetrieveClient", "RetrieveStream", "Source", "Token",
+    "ResourceExhausted", "Retraction", "RetrievalSummary", "RetrieveClient", "RetrieveStream", "Source",
+    "Token",
     "Unauthenticated", "Unavailable", "create_aio_channel", "create_channel", "from_rpc_error",
     "service_config", "wait_until_serving",
 ]

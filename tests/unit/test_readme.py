@@ -18,4 +18,4 @@ def test_readme_opens_with_demo_and_test() -> None:
 
 
 def test_configuration_table_matches_settings() -> None:
-    assert settings_table() in README.read_text()
+    assert settings_table() in README.read_text(), "README is stale: run python -m scripts.readme_settings"

@@ -1,0 +1,1 @@
+"""Examples of services built on the ragrpc clients."""

@@ -1,0 +1,142 @@
+"""The `ragrpc` CLI, run in-process (`main([...])`) against the real services.
+
+The services run on the test's event loop, so `main` runs in a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clients.cli import main
+from ragrpc.config import Settings
+from tests.grpc.test_client_sync import BREAD_TXT, GARDEN_TXT, MILVUS_MD, PNG_BYTES
+from tests.support.chat_server import Behaviour, ChatServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _corpus(root: Path) -> Path:
+    (root / "sub").mkdir()
+    (root / ".git").mkdir()
+    (root / "milvus.md").write_text(MILVUS_MD)
+    (root / "sub" / "bread.txt").write_text(BREAD_TXT)
+    (root / "sub" / "garden.txt").write_text(GARDEN_TXT)
+    (root / ".hidden.txt").write_text("hidden file, never ingested")
+    (root / ".git" / "config.txt").write_text("hidden directory, never ingested")
+    return root
+
+
+async def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def test_ingest_search_ask_and_docs(fake_stack, tmp_path: Path, capsys) -> None:
+    ingest, query = ("--ingest", fake_stack.ingest_address), ("--query", fake_stack.query_address)
+    code, out, _ = await _cli(capsys, *ingest, "ingest", str(_corpus(tmp_path)), "--tag", "demo")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 3 and all("\tactive\t" in line for line in lines)
+    assert not any("hidden" in line for line in lines)
+
+    code, out, _ = await _cli(capsys, *query, "--json", "search", "Milvus vector database", "--top-k", "2")
+    records = _json_lines(out)
+    assert code == 0 and [r["type"] for r in records] == ["hit", "hit", "summary"]
+    assert records[0]["chunk"]["source"].endswith("milvus.md") and records[0]["rank"] == 1
+
+    code, out, _ = await _cli(capsys, *query, "search", "sourdough starter", "--mode", "sparse",
+                              "--tag", "demo")
+    assert code == 0 and out.startswith("  1. ") and "bread.txt" in out.splitlines()[0]
+
+    code, out, _ = await _cli(capsys, *query, "ask", "What does Milvus store?", "--top-k", "2")
+    assert code == 0 and "Milvus" in out and "Sources:" in out and "model extractive" in out
+
+    code, out, _ = await _cli(capsys, *query, "--json", "ask", "What does Milvus store?")
+    events = _json_lines(out)
+    assert code == 0 and events[0]["event"] == "source" and events[-1]["event"] == "final"
+    assert events[-1]["data"]["model"] == "extractive"
+
+    code, out, _ = await _cli(capsys, *ingest, "--json", "docs", "list", "--page-size", "1")
+    documents = _json_lines(out)
+    assert code == 0 and len(documents) == 3 and all(d["state"] == "DOCUMENT_STATE_ACTIVE" for d in documents)
+    doc_id = documents[0]["document_id"]
+    code, out, _ = await _cli(capsys, *ingest, "docs", "get", doc_id)
+    assert code == 0 and f"document_id: {doc_id}" in out
+    code, out, _ = await _cli(capsys, *ingest, "docs", "delete", doc_id)
+    assert code == 0 and out.startswith(f"deleted {doc_id}")
+    code, _, err = await _cli(capsys, *ingest, "docs", "get", doc_id)
+    assert code == 3 and "NOT_FOUND" in err and doc_id in err
+
+
+async def test_failed_documents_and_error_exit_codes(fake_stack, tmp_path: Path, capsys) -> None:
+    ingest, query = ("--ingest", fake_stack.ingest_address), ("--query", fake_stack.query_address)
+    (tmp_path / "ok.txt").write_text(BREAD_TXT)
+    (tmp_path / "image.png").write_bytes(PNG_BYTES)
+    code, out, _ = await _cli(capsys, *ingest, "--json", "ingest", str(tmp_path))
+    records = {Path(r["file"]).name: r for r in _json_lines(out)}
+    assert code == 1 and records["ok.txt"]["state"] == "active"
+    assert records["image.png"]["error"]["code"] == "INVALID_ARGUMENT"
+
+    code, _, err = await _cli(capsys, *query, "search", " ")
+    assert code == 4 and "INVALID_ARGUMENT" in err and "query" in err
+    code, out, _ = await _cli(capsys, *ingest, "--json", "job", "get", "no-such-job")
+    assert code == 3 and _json_lines(out)[0]["error"]["code"] == "NOT_FOUND"
+    assert (await _cli(capsys, *ingest, "ingest", str(tmp_path / "missing")))[0] == 2
+    assert (await _cli(capsys, "search"))[0] == 2
+    assert (await _cli(capsys, "frobnicate"))[0] == 2
+    assert (await _cli(capsys, *query, "search", "x", "--mode", "semantic"))[0] == 2
+    assert (await _cli(capsys, "--query", "127.0.0.1:1", "search", "milvus"))[0] == 5
+
+
+async def test_health(fake_stack, capsys) -> None:
+    code, out, _ = await _cli(capsys, "--target", fake_stack.query_address, "health", "--wait", "5")
+    assert code == 0 and "SERVING" in out
+    code, out, _ = await _cli(capsys, "--ingest", fake_stack.ingest_address, "--json", "health",
+                              "--service", "ragrpc.v1.IngestService")
+    assert code == 0 and _json_lines(out)[0]["status"] == "SERVING"
+    code, out, _ = await _cli(capsys, "--target", "127.0.0.1:1", "health", "--wait", "0.5")
+    assert code == 1 and "UNREACHABLE" in out
+
+
+def test_every_command_has_help() -> None:
+    commands = [[], ["ingest"], ["search"], ["ask"], ["docs"], ["docs", "list"], ["docs", "get"],
+                ["docs", "delete"], ["job"], ["job", "get"], ["health"]]
+    for command in commands:
+        assert main([*command, "--help"]) == 0, command
+    result = subprocess.run([sys.executable, "-m", "clients.cli", "--help"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "--ingest" in result.stdout and "--query" in result.stdout
+
+
+class TestAskRetraction:
+    @pytest.fixture
+    def chat_server(self) -> Iterator[ChatServer]:
+        with ChatServer(default=Behaviour.die(after_tokens=3)) as server:
+            yield server
+
+    @pytest.fixture
+    def settings(self, settings: Settings, chat_server: ChatServer) -> Settings:
+        return dataclasses.replace(settings, llm_endpoints=f"{chat_server.url}|flaky-model")
+
+    async def test_ask_prints_a_notice_and_starts_over(self, fake_stack, tmp_path: Path, capsys) -> None:
+        (tmp_path / "milvus.md").write_text(MILVUS_MD)
+        assert (await _cli(capsys, "--ingest", fake_stack.ingest_address, "ingest", str(tmp_path)))[0] == 0
+        query = ("--query", fake_stack.query_address)
+        code, out, _ = await _cli(capsys, *query, "ask", "What does Milvus store?")
+        assert code == 0
+        before, notice, after = out.partition("[answer withdrawn: flaky-model failed (")
+        assert notice and before.strip() and "starting over]" in after
+        assert "Sources:" in after and "model extractive" in after
