@@ -1,0 +1,378 @@
+"""What every chunker shares: the configuration, the Chunker protocol, a document tokenized
+once (`DocumentView`), token windows cut on token spans, and turning a plan (`Draft`s: char
+ranges of the document) into numbered `ChunkDraft`s with pages and section paths.
+
+Sizes are in tokens of the injected TokenCounter (the embedding model's own tokenizer in
+production). The document is tokenized once; every range is counted by bisecting the token
+spans, so no chunker calls the tokenizer in a loop. `finalize` tokenizes a finished
+RETRIEVABLE chunk again when that estimate comes near `max_tokens` and cuts it if it is
+over, so the limit holds even where joining parts changes the count by a few tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ragrpc.errors import InvalidInputError
+from ragrpc.models import Block, BlockKind, ChunkDraft, ChunkKind, ExtractedDocument
+from ragrpc.tokens import Span, TokenCounter
+
+logger = logging.getLogger(__name__)
+
+MODEL_MAX_TOKENS = 254  # all-MiniLM-L6-v2: 256 positions less [CLS] and [SEP]
+DEFAULT_OVERLAP_FRACTION = 0.15
+BLOCK_SEPARATOR = "\n\n"
+Range = tuple[int, int]  # [start, end) character offsets in DocumentView.text
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    """Sizes in tokens.
+
+    chunk_size is the packing target. Units that are indivisible by meaning (a sentence, a
+    table, a function, a table row) are kept whole up to max_tokens, the model's hard limit,
+    which no retrievable chunk ever exceeds. overlap None means 15% of chunk_size.
+    """
+
+    chunk_size: int = 200
+    overlap: int | None = None
+    max_tokens: int = MODEL_MAX_TOKENS
+    min_chunk_tokens: int = 20  # a smaller trailing piece is merged into its neighbour
+    parent_size: int = 1024  # hierarchical: a PARENT chunk (context only, not embedded)
+    child_size: int = 96  # hierarchical: the retrievable children (capped at max_tokens)
+    inline_block_tokens: int = 64  # auto: smaller code/table blocks stay with their text
+    semantic_threshold: float = 0.3  # semantic: split where adjacent similarity < this
+    semantic_percentile: float | None = None  # semantic: if set, split below this percentile
+
+    @property
+    def overlap_tokens(self) -> int:
+        if self.overlap is None:
+            return round(self.chunk_size * DEFAULT_OVERLAP_FRACTION)
+        return self.overlap
+
+
+def validate_config(config: ChunkingConfig) -> None:
+    """Raises InvalidInputError naming the first setting that cannot work."""
+    checks: list[tuple[bool, str, str]] = [
+        (config.max_tokens >= 1, "max_tokens", f"max_tokens must be >= 1, got {config.max_tokens}"),
+        (
+            1 <= config.chunk_size <= config.max_tokens,
+            "chunk_size",
+            f"chunk_size must be between 1 and max_tokens ({config.max_tokens}), got {config.chunk_size}",
+        ),
+        (
+            0 <= config.overlap_tokens < config.chunk_size,
+            "overlap",
+            f"overlap must be >= 0 and smaller than chunk_size ({config.chunk_size}), "
+            f"got {config.overlap_tokens}",
+        ),
+        (config.min_chunk_tokens >= 0, "min_chunk_tokens", "min_chunk_tokens must be >= 0"),
+        (config.child_size >= 1, "child_size", f"child_size must be >= 1, got {config.child_size}"),
+        (
+            config.parent_size >= config.child_size,
+            "parent_size",
+            f"parent_size ({config.parent_size}) must be >= child_size ({config.child_size})",
+        ),
+        (config.inline_block_tokens >= 0, "inline_block_tokens", "inline_block_tokens must be >= 0"),
+        (
+            -1.0 <= config.semantic_threshold <= 1.0,
+            "semantic_threshold",
+            "semantic_threshold is a cosine similarity and must be in [-1, 1]",
+        ),
+        (
+            config.semantic_percentile is None or 0.0 < config.semantic_percentile < 100.0,
+            "semantic_percentile",
+            "semantic_percentile must be in (0, 100)",
+        ),
+    ]
+    for ok, name, message in checks:
+        if not ok:
+            raise InvalidInputError(f"invalid chunking config: {message}", field=f"chunking.{name}")
+
+
+class Chunker(Protocol):
+    """Splits an extracted document into chunk drafts (numbered 0..n-1, in order)."""
+
+    name: str
+
+    def chunk(self, document: ExtractedDocument) -> list[ChunkDraft]: ...
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A character range of the document text and its token count."""
+
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(eq=False)
+class Draft:
+    """A planned chunk: ranges of DocumentView.text joined in order, after `prefix`.
+
+    anchor is the offset whose block gives the chunk's section_path (the chunk's own first
+    block, not its overlap or repeated header). parent links a child to its PARENT draft.
+    """
+
+    parts: list[Range]
+    chunker: str
+    anchor: int
+    kind: ChunkKind = ChunkKind.RETRIEVABLE
+    parent: Draft | None = None
+    prefix: str = ""  # a line put on top of the parts (a compacted table header)
+
+
+def trim_range(text: str, start: int, end: int) -> Range:
+    """The range without leading/trailing whitespace (empty ranges collapse to start)."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+class TokenizedText:
+    """A text tokenized once; counts and cuts any of its char ranges on token spans."""
+
+    def __init__(self, text: str, spans: Sequence[Span]) -> None:
+        self.text = text
+        self._starts = [s for s, _ in spans]
+        self._ends = [e for _, e in spans]
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self._starts)
+
+    def count(self, start: int, end: int) -> int:
+        """Tokens that start inside [start, end)."""
+        return bisect.bisect_left(self._starts, end) - bisect.bisect_left(self._starts, start)
+
+    def _gap_before(self, k: int) -> bool:
+        """True when token k starts a word (whitespace, or nothing, before it)."""
+        return k == 0 or self._starts[k] > self._ends[k - 1]
+
+    def _cut_at_whitespace(self, first: int, stop: int, lookback: int) -> int:
+        for k in range(stop, max(first + 1, stop - lookback) - 1, -1):
+            if self._gap_before(k):
+                return k
+        return stop
+
+    def _word_start(self, k: int, limit: int) -> int | None:
+        """The first token in [k, limit) that starts a word, if any."""
+        for j in range(k, limit):
+            if self._gap_before(j):
+                return j
+        return None
+
+    def windows(
+        self, start: int, end: int, size: int, overlap: int = 0, *, absorb: int = 0, limit: int = 0
+    ) -> list[Range]:
+        """Cuts [start, end) into windows of at most `size` tokens (trimmed char ranges of
+        the original text), consecutive windows sharing about `overlap` tokens. Cuts fall
+        on token boundaries, preferably at whitespace. A last remainder of <= `absorb`
+        tokens joins the window before it when that stays within `limit` tokens."""
+        first = bisect.bisect_left(self._starts, start)
+        stop = bisect.bisect_left(self._starts, end)
+        if stop - first <= size:
+            return [trim_range(self.text, start, end)]
+        out: list[Range] = []
+        i, char_start = first, start
+        while True:
+            j = min(i + size, stop)
+            if j < stop and stop - j <= absorb and stop - i <= limit:
+                j = stop
+            elif j < stop:
+                j = self._cut_at_whitespace(i, j, max(1, size // 4))
+            char_end = end if j >= stop else self._starts[j]
+            out.append(trim_range(self.text, char_start, char_end))
+            if j >= stop:
+                return [r for r in out if r[0] < r[1]]
+            nxt = max(j - overlap, i + 1)
+            word = self._word_start(nxt, j) if overlap else j
+            i = nxt if word is None else word
+            char_start = self._starts[i]
+
+    def tail_start(self, start: int, end: int, tokens: int) -> int:
+        """Offset of the first word start among the last `tokens` tokens of [start, end);
+        `end` when none of them starts a word (no tail rather than half a word)."""
+        stop = bisect.bisect_left(self._starts, end)
+        first = max(bisect.bisect_left(self._starts, start), stop - tokens)
+        if first >= stop:
+            return end
+        word = self._word_start(first, stop)
+        return end if word is None else self._starts[word]
+
+
+class DocumentView:
+    """The non-blank blocks of a document joined by blank lines, tokenized once."""
+
+    def __init__(self, document: ExtractedDocument, counter: TokenCounter) -> None:
+        self.media_type = document.media_type
+        self.blocks: tuple[Block, ...] = tuple(b for b in document.blocks if b.text.strip())
+        self._block_starts: list[int] = []
+        position = 0
+        for block in self.blocks:
+            self._block_starts.append(position)
+            position += len(block.text) + len(BLOCK_SEPARATOR)
+        text = BLOCK_SEPARATOR.join(b.text for b in self.blocks)
+        self.tokens = TokenizedText(text, counter.spans(text) if text else [])
+
+    @property
+    def text(self) -> str:
+        return self.tokens.text
+
+    @property
+    def total_tokens(self) -> int:
+        return self.tokens.total_tokens
+
+    def count(self, start: int, end: int) -> int:
+        return self.tokens.count(start, end)
+
+    def piece(self, start: int, end: int) -> Piece:
+        return Piece(start, end, self.tokens.count(start, end))
+
+    def block_span(self, index: int) -> Range:
+        """Block `index` without surrounding whitespace (code keeps its first indent)."""
+        block, start = self.blocks[index], self._block_starts[index]
+        end = start + len(block.text.rstrip())
+        if block.kind is BlockKind.CODE:
+            lead = re.match(r"(?:[ \t]*\r?\n)*", block.text)
+            return start + (lead.end() if lead else 0), end
+        return start + len(block.text) - len(block.text.lstrip()), end
+
+    def block_at(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._block_starts, offset) - 1)
+
+    def blocks_of(self, parts: Sequence[Range]) -> list[int]:
+        """Blocks the chunk's text comes from; a repeated header (a part that does not run
+        on into the next one) is left out when there is text after it."""
+        found: set[int] = set()
+        for k, (start, end) in enumerate(parts):
+            if k + 1 < len(parts) and not self._runs_on(parts[k], parts[k + 1]):
+                continue
+            found.update(range(self.block_at(start), self.block_at(max(start, end - 1)) + 1))
+        return sorted(found)
+
+    def _runs_on(self, part: Range, following: Range) -> bool:
+        return part[1] <= following[0] and not self.text[part[1] : following[0]].strip()
+
+    def is_heading(self, piece: Piece) -> bool:
+        index = self.block_at(piece.start)
+        return self.blocks[index].kind is BlockKind.HEADING and self.block_span(index) == (
+            piece.start,
+            piece.end,
+        )
+
+    def render(self, parts: Sequence[Range]) -> str:
+        """Text of the parts; ranges that follow each other keep the original whitespace
+        between them, others are joined by a newline (a blank line across blocks)."""
+        out: list[str] = []
+        for k, (start, end) in enumerate(parts):
+            if k:
+                prev_start, prev_end = parts[k - 1]
+                gap = self.text[prev_end:start]
+                if not self._runs_on(parts[k - 1], (start, end)):
+                    same = self.block_at(prev_start) == self.block_at(start)
+                    gap = "\n" if same else BLOCK_SEPARATOR
+                out.append(gap)
+            out.append(self.text[start:end])
+        return "".join(out)
+
+    def whole(self) -> Range:
+        return self.block_span(0)[0], self.block_span(len(self.blocks) - 1)[1]
+
+
+def draft_of(pieces: Sequence[Piece], chunker: str, own_from: int = 0) -> Draft:
+    """One draft over consecutive pieces (their whole stretch of the text); its section
+    comes from piece `own_from` (the first piece that is not overlap)."""
+    return Draft([(pieces[0].start, pieces[-1].end)], chunker, pieces[own_from].start)
+
+
+def _over_limit(
+    view: DocumentView, draft: Draft, text: str, counter: TokenCounter, config: ChunkingConfig
+) -> bool:
+    """Whether the rendered chunk is over max_tokens. The estimate from the document's own
+    tokenization can only be off by a few tokens where parts are joined, so only a chunk
+    near the limit is tokenized again."""
+    estimate = sum(view.count(a, b) for a, b in draft.parts)
+    if not draft.prefix and estimate + max(8, config.max_tokens // 10) < config.max_tokens:
+        return False
+    return counter.count(text) > config.max_tokens
+
+
+def finalize(
+    view: DocumentView, drafts: Sequence[Draft], counter: TokenCounter, config: ChunkingConfig
+) -> list[ChunkDraft]:
+    """Renders drafts into ChunkDrafts numbered 0..n-1, with pages (of the blocks the text
+    comes from, a repeated header left out), section paths and parent indexes; a retrievable
+    chunk over max_tokens (should not happen) is cut by tokens."""
+    rendered: list[tuple[Draft, str]] = []
+    for draft in drafts:
+        text = view.render(draft.parts)
+        if draft.prefix:
+            text = f"{draft.prefix}\n{text}"
+        if not text.strip():
+            continue
+        if draft.kind is ChunkKind.RETRIEVABLE and _over_limit(view, draft, text, counter, config):
+            logger.warning("chunk by %s over %d tokens: cut by tokens", draft.chunker, config.max_tokens)
+            own = TokenizedText(text, counter.spans(text))
+            pieces = own.windows(0, len(text), config.chunk_size)
+            rendered.extend((draft, text[a:b]) for a, b in pieces)
+        else:
+            rendered.append((draft, text))
+    first_index: dict[int, int] = {}
+    out: list[ChunkDraft] = []
+    for index, (draft, text) in enumerate(rendered):
+        first_index.setdefault(id(draft), index)
+        pages = [p for b in view.blocks_of(draft.parts) if (p := view.blocks[b].page) is not None]
+        parent = first_index.get(id(draft.parent), -1) if draft.parent is not None else -1
+        out.append(
+            ChunkDraft(
+                text=text,
+                chunk_index=index,
+                chunker=draft.chunker,
+                page_start=min(pages, default=0),
+                page_end=max(pages, default=0),
+                section_path=view.blocks[view.block_at(draft.anchor)].section_path,
+                kind=draft.kind,
+                parent_index=parent,
+            )
+        )
+    return out
+
+
+class PlannedChunker:
+    """Base of the strategies: chunk() = view, plan, finalize. A document no longer than
+    one chunk becomes exactly one chunk. Subclasses set `name` and implement plan()."""
+
+    name = "base"
+
+    def __init__(self, counter: TokenCounter, config: ChunkingConfig | None = None) -> None:
+        self.counter = counter
+        self.config = config or ChunkingConfig()
+        validate_config(self.config)
+
+    def chunk(self, document: ExtractedDocument) -> list[ChunkDraft]:
+        view = DocumentView(document, self.counter)
+        if not view.blocks:
+            return []
+        if view.total_tokens <= self.config.chunk_size:
+            drafts = self.plan_short(view)
+        else:
+            drafts = self.plan(view, range(len(view.blocks)))
+        chunks = finalize(view, drafts, self.counter, self.config)
+        logger.debug("%s: %d tokens -> %d chunks", self.name, view.total_tokens, len(chunks))
+        return chunks
+
+    def plan_short(self, view: DocumentView) -> list[Draft]:
+        start, end = view.whole()
+        return [Draft([(start, end)], self.name, start)]
+
+    def plan(self, view: DocumentView, blocks: Sequence[int]) -> list[Draft]:
+        raise NotImplementedError

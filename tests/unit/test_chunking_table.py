@@ -1,0 +1,87 @@
+"""table: tables intact when they fit, else split by rows with the header repeated."""
+
+from __future__ import annotations
+
+from ingest_service.chunking import ChunkingConfig, TableChunker
+from ragrpc.models import Block, BlockKind, ExtractedDocument
+from ragrpc.tokens import WordTokenCounter
+from tests.unit.chunking_helpers import markdown_document, missing_words
+
+COUNTER = WordTokenCounter()
+HEADER = "| Id | Product | Price | Stock |\n|---:|---------|------:|-------|"
+REPEATED = "| Id | Product | Price | Stock |\n|---:|---|---:|---|"  # the separator compacted
+
+
+def _table(rows: int, declared_header: bool = True) -> Block:
+    body = "\n".join(f"| {k} | product-{k} | {k * 1.5:.2f} | {k % 7} |" for k in range(rows))
+    return Block(
+        BlockKind.TABLE, f"{HEADER}\n{body}", 3, ("Prices",), table_header=HEADER if declared_header else ""
+    )
+
+
+def test_a_300_row_table_is_split_with_the_header_in_every_part() -> None:
+    document = ExtractedDocument("text/markdown", [_table(300)])
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(document)
+    assert len(chunks) > 5
+    assert chunks[0].text.startswith(HEADER + "\n")
+    rows: list[str] = []
+    for c in chunks[1:]:
+        assert c.text.startswith(REPEATED + "\n")
+    for c in chunks:
+        assert COUNTER.count(c.text) <= 254
+        assert (c.page_start, c.page_end, c.section_path) == (3, 3, ("Prices",))
+        rows += c.text.split("\n")[2:]
+    assert rows == _table(300).text.split("\n")[2:]  # every row once, in order
+
+
+def test_the_header_is_found_without_table_header() -> None:
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(
+        ExtractedDocument("text/markdown", [_table(300, False)])
+    )
+    assert chunks[0].text.startswith(HEADER + "\n")
+    assert all(c.text.startswith(REPEATED + "\n") for c in chunks[1:])
+
+
+def test_a_table_that_fits_is_one_chunk_and_text_is_separate() -> None:
+    document = ExtractedDocument(
+        "text/markdown",
+        [
+            Block(BlockKind.PARAGRAPH, "Prices are listed below. " * 30),
+            _table(12),
+            Block(BlockKind.PARAGRAPH, "Prices change every month. " * 30),
+        ],
+    )
+    chunks = TableChunker(COUNTER, ChunkingConfig(chunk_size=100)).chunk(document)
+    tables = [c for c in chunks if c.text.startswith(HEADER)]
+    assert [c.text for c in tables] == [_table(12).text]
+    assert all("|" not in c.text for c in chunks if c not in tables)
+
+
+def test_a_row_too_long_is_cut_by_tokens_under_the_header() -> None:
+    long_cell = " ".join(f"note{k}" for k in range(400))
+    block = Block(
+        BlockKind.TABLE, f"{HEADER}\n| 1 | a | 2 | 3 |\n| 2 | b | {long_cell} | 4 |\n| 3 | c | 5 | 6 |", 1
+    )
+    document = ExtractedDocument("text/markdown", [block])
+    chunks = TableChunker(COUNTER, ChunkingConfig(chunk_size=100, overlap=0, min_chunk_tokens=0)).chunk(
+        document
+    )
+    assert len(chunks) >= 4
+    assert all(c.text.startswith("| Id | Product | Price | Stock |\n|---:|") for c in chunks)
+    assert all(COUNTER.count(c.text) <= 100 for c in chunks)
+    assert not missing_words(document, chunks)
+
+
+def test_real_markdown_tables() -> None:
+    document = markdown_document("pdfplumber__README.md")
+    config = ChunkingConfig(chunk_size=120)
+    chunks = TableChunker(COUNTER, config).chunk(document)
+    table_blocks = [b for b in document.blocks if b.kind is BlockKind.TABLE]
+    for block in table_blocks:
+        header_row = block.table_header.split("\n")[0]
+        parts = [c for c in chunks if c.text.startswith(header_row + "\n|")]
+        if COUNTER.count(block.text) <= config.max_tokens:
+            assert any(c.text == block.text for c in parts)
+        else:
+            assert len(parts) >= 2
+    assert not missing_words(document, chunks)
