@@ -9,6 +9,7 @@ from ingest_service.app import build_components, run_recovery, start_ingest_serv
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
+from ragrpc.metrics import Metrics, start_metrics_http_server
 from ragrpc.server import serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores
 
@@ -17,14 +18,18 @@ logger = logging.getLogger("ingest_service")
 
 async def main() -> None:
     settings = Settings.from_env()
-    configure_logging(settings.log_level, "ingest")
+    configure_logging(settings.log_level, "ingest", settings.log_format)
+    metrics = Metrics()
+    if settings.ingest_metrics_port >= 0:
+        bound = start_metrics_http_server(metrics, settings.host, settings.ingest_metrics_port)
+        logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
     embedder = embedder_from_settings(settings)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
                                      dimension=embedder.dimension, writer=True)
-    components = build_components(settings, embedder, stores.chunks, stores.registry)
+    components = build_components(settings, embedder, stores.chunks, stores.registry, metrics)
     await run_recovery(components)
-    running = await start_ingest_server(settings, components)
+    running = await start_ingest_server(settings, components, metrics=metrics)
     logger.info("ingest service ready on %s:%d (store %s, model %s)", settings.host, running.port,
                 settings.milvus_uri, embedder.model_id)
     await serve_until_signalled(running, settings.shutdown_grace_s,

@@ -78,7 +78,8 @@ class IngestPipeline:
     def __init__(self, *, extractor: DocumentExtractor, planner: ChunkPlanner, embedder: Embedder,
                  chunks: ChunkStore, registry: DocumentRegistry, executor: Executor,
                  embed_batch_size: int = 64, document_timeout_s: float = 900.0,
-                 clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d) -> None:
+                 clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
+                 observer: ProgressCallback | None = None) -> None:
         self._extractor = extractor
         self._planner = planner
         self._embedder = embedder
@@ -88,6 +89,7 @@ class IngestPipeline:
         self._batch = embed_batch_size
         self._timeout_s = document_timeout_s
         self._clean = clean
+        self._observer = observer
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -96,7 +98,7 @@ class IngestPipeline:
     async def ingest(self, item: IngestItem, progress: ProgressCallback | None = None) -> IngestOutcome:
         """Ingests `item`. Raises a RagrpcError when it fails (the document is then FAILED,
         or, for a replacement, still ACTIVE with its previous content)."""
-        report = progress or (lambda _e: None)
+        report = self._reporter(progress)
         validate_spec(item.spec)
         content_hash = item.content_hash
         document_id = item.spec.document_id or derived_document_id(content_hash)
@@ -107,6 +109,17 @@ class IngestPipeline:
             finally:
                 if not lock._waiters:  # type: ignore[attr-defined]
                     self._locks.pop(f"{item.tenant}/{document_id}", None)
+
+    def _reporter(self, progress: ProgressCallback | None) -> ProgressCallback:
+        observer = self._observer
+
+        def report(event: ProgressEvent) -> None:
+            if observer is not None:
+                observer(event)
+            if progress is not None:
+                progress(event)
+
+        return report
 
     async def _ingest_locked(self, item: IngestItem, document_id: str, content_hash: str,
                              report: ProgressCallback) -> IngestOutcome:

@@ -9,6 +9,7 @@ from query_service.app import build_components, build_reranker, start_query_serv
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
+from ragrpc.metrics import Metrics, start_metrics_http_server
 from ragrpc.server import serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores
 
@@ -17,14 +18,19 @@ logger = logging.getLogger("query_service")
 
 async def main() -> None:
     settings = Settings.from_env()
-    configure_logging(settings.log_level, "query")
+    configure_logging(settings.log_level, "query", settings.log_format)
+    metrics = Metrics()
+    if settings.query_metrics_port >= 0:
+        bound = start_metrics_http_server(metrics, settings.host, settings.query_metrics_port)
+        logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
     embedder = embedder_from_settings(settings)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
                                      dimension=embedder.dimension, writer=False, wait_s=120.0)
     reranker = await asyncio.to_thread(build_reranker, settings)
-    components = build_components(settings, embedder, stores.chunks, stores.registry, reranker=reranker)
-    running = await start_query_server(settings, components)
+    components = build_components(settings, embedder, stores.chunks, stores.registry, reranker=reranker,
+                                  metrics=metrics)
+    running = await start_query_server(settings, components, metrics=metrics)
     logger.info("query service ready on %s:%d (store %s, sparse %s, reranker %s)", settings.host, running.port,
                 settings.milvus_uri, settings.sparse_backend, settings.reranker_model or "none")
     await serve_until_signalled(running, settings.shutdown_grace_s)

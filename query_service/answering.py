@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -66,8 +66,9 @@ AskEvent = SourcesReady | TokenEvent | RetractionEvent | CitationFound | AnswerF
 
 class AnswerService:
     def __init__(self, *, retrieval: RetrievalPipeline, prompts: PromptBuilder, chain: FallbackChain,
-                 executor: Executor) -> None:
+                 executor: Executor, observer: Callable[[AnswerFinished], None] | None = None) -> None:
         self._retrieval = retrieval
+        self._observer = observer
         self._prompts = prompts
         self._chain = chain
         self._executor = executor
@@ -103,8 +104,11 @@ class AnswerService:
                     ("time_to_first_token", first_token if first_token is not None else _ms_since(started)),
                     ("total", _ms_since(started))]
         reason = "no_sources" if not sources else done.finish_reason
-        yield AnswerFinished(reason, done.model, done.prompt_tokens, done.completion_tokens, done.answer,
-                             timings, result)
+        finished = AnswerFinished(reason, done.model, done.prompt_tokens, done.completion_tokens, done.answer,
+                                  timings, result)
+        if self._observer is not None:
+            self._observer(finished)
+        yield finished
 
 
 def _ms_since(start: float) -> float:

@@ -37,7 +37,8 @@ class SparseRetriever(Protocol):
 
     name: str
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
+    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
+               document_ids: list[str] | None = None) -> list[ScoredChunk]: ...
 
 
 class RetrievalPipeline:
@@ -98,7 +99,8 @@ class RetrievalPipeline:
             if query.mode == "dense" or self._sparse is None:
                 return []
             with timer.stage("sparse_search"):
-                return await self._run(self._sparse.search, query.text, query.tenant, expr, query.candidates)
+                return await self._run(self._sparse.search, query.text, query.tenant, expr, query.candidates,
+                                       query.document_ids or None)
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
         return dense_hits, sparse_hits

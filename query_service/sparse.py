@@ -19,7 +19,8 @@ class MilvusBm25Retriever:
     def __init__(self, chunks: ChunkStore) -> None:
         self._chunks = chunks
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
+               document_ids: list[str] | None = None) -> list[ScoredChunk]:
         return self._chunks.search_bm25(query, expr, limit)
 
 
@@ -34,7 +35,8 @@ class RankBm25Retriever:
         self._index = index
         self._sync = sync
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
+               document_ids: list[str] | None = None) -> list[ScoredChunk]:
         self._sync.refresh()
         hits: list[ScoredChunk] = []
         rows: dict[str, dict] = {}
@@ -45,7 +47,7 @@ class RankBm25Retriever:
                 return True
             return False
 
-        for chunk_id, score in self._index.search(query, limit, tenant=tenant, allow=allow):
+        for chunk_id, score in self._index.search(query, limit, tenant=tenant, allow=allow, document_ids=document_ids):
             chunk = row_to_chunk(rows[chunk_id])
             hits.append(ScoredChunk(chunk=chunk, score=float(score), scores=StageScores(sparse=float(score))))
         return hits

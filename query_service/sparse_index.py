@@ -375,15 +375,22 @@ def _top_allowed(
 
 
 def _descending(scores: np.ndarray, top_k: int) -> Iterator[int]:
-    """Indices of `scores` from highest to lowest; sorts only a head first, the rest lazily."""
-    head_size = min(len(scores), max(4 * top_k, 64))
-    if head_size == len(scores):
-        yield from np.argsort(-scores, kind="stable").tolist()
-        return
-    head = np.argpartition(-scores, head_size - 1)[:head_size]
-    head = head[np.argsort(-scores[head], kind="stable")]
-    yield from head.tolist()
-    rest = np.ones(len(scores), dtype=np.bool_)
-    rest[head] = False
-    remaining = np.flatnonzero(rest)
-    yield from remaining[np.argsort(-scores[remaining], kind="stable")].tolist()
+    """Indices of `scores` from highest to lowest, sorting a growing head at a time.
+
+    Every index outside a head scores <= every index in it, so yielding each head's new
+    indices in order gives a non-increasing sequence without sorting all candidates.
+    """
+    yielded = np.zeros(len(scores), dtype=np.bool_)
+    head_size = max(4 * top_k, 64)
+    while True:
+        if head_size >= len(scores):
+            head = np.argsort(-scores, kind="stable")
+        else:
+            head = np.argpartition(-scores, head_size - 1)[:head_size]
+            head = head[np.argsort(-scores[head], kind="stable")]
+        fresh = head[~yielded[head]]
+        yielded[fresh] = True
+        yield from fresh.tolist()
+        if head_size >= len(scores):
+            return
+        head_size *= 4

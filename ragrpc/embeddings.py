@@ -2,12 +2,31 @@
 
 The model loads in `warm_up()`, called once by a service's composition root, never at
 import. Embedding is CPU-bound and synchronous; callers run it in an executor.
+
+Backends (same model, same `model_id`, vectors equal within tolerance):
+  torch      sentence-transformers on PyTorch, fp32 (the default)
+  onnx       ONNX Runtime, fp32: the model is exported once (no network for a local
+             directory) into a cache directory and loaded from there afterwards
+  onnx-int8  ONNX Runtime with int8 weights, dynamically quantised on first use from the
+             onnx export (config avx512_vnni where the CPU has it, else avx2 / arm64);
+             about 2x faster on a CPU, mean cosine ~0.99 to fp32
+The cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
+system temp directory when the home directory is not writable). Exports are guarded by a
+file lock, so two services starting together export once.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
+import os
+import platform
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,8 +70,89 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+BACKENDS = ("torch", "onnx", "onnx-int8")
+QUANTIZATION_CONFIGS = ("avx512_vnni", "avx512", "avx2", "arm64")
+
+
+def default_onnx_cache_dir() -> Path:
+    """~/.cache/ragrpc/onnx (XDG_CACHE_HOME respected), or <tmp>/ragrpc-onnx when not writable."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragrpc" / "onnx"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if os.access(base, os.W_OK):
+            return base
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / "ragrpc-onnx"
+
+
+def cpu_quantization_config(cpuinfo: str | None = None) -> str:
+    """The dynamic-quantisation config this CPU runs fastest: avx512_vnni when its flags have
+    it, arm64 on ARM, else avx2."""
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return "arm64"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return "avx512_vnni" if "avx512_vnni" in flags else "avx2"
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def prepare_onnx_model(source: str, cache_dir: Path, *, quantization: str | None = None) -> tuple[str, str]:
+    """Exports `source` (a model directory or hub name) to ONNX in `cache_dir` unless already
+    there; with `quantization` (a config of QUANTIZATION_CONFIGS) also writes the int8 file.
+    Returns (model directory, ONNX file name relative to it) to load with backend="onnx"."""
+    from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+
+    if quantization is not None and quantization not in QUANTIZATION_CONFIGS:
+        raise ValueError(f"unknown quantization config {quantization!r}; use one of {QUANTIZATION_CONFIGS}")
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(source).name)[:60] or "model"
+    digest = hashlib.sha256(str(Path(source).resolve() if Path(source).exists() else source).encode())
+    target = cache_dir / f"{slug}-{digest.hexdigest()[:12]}"
+    with _file_lock(cache_dir / f"{target.name}.lock"):
+        if not (target / "onnx" / "model.onnx").exists():
+            logger.info("exporting %s to ONNX in %s", source, target)
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
+            try:
+                SentenceTransformer(source, backend="onnx", device="cpu").save_pretrained(str(staging))
+                staging.chmod(0o755)  # mkdtemp makes it owner-only
+                if target.exists():
+                    shutil.rmtree(target)
+                staging.rename(target)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        if quantization is None:
+            return str(target), "onnx/model.onnx"
+        found = sorted((target / "onnx").glob(f"model_*int8_{quantization}.onnx"))
+        if not found:
+            logger.info("quantising %s to int8 (%s)", target, quantization)
+            fp32 = SentenceTransformer(str(target), backend="onnx", device="cpu",
+                                       model_kwargs={"file_name": "onnx/model.onnx"})
+            export_dynamic_quantized_onnx_model(fp32, quantization, str(target))
+            found = sorted((target / "onnx").glob(f"model_*int8_{quantization}.onnx"))
+            if not found:
+                raise RuntimeError(f"quantisation wrote no model_*int8_{quantization}.onnx in {target}")
+        return str(target), f"onnx/{found[0].name}"
+
+
 class SentenceTransformerEmbedder:
-    """sentence-transformers model from a directory or hub name (torch or onnx backend)."""
+    """sentence-transformers model from a directory or hub name (backend torch, onnx or onnx-int8)."""
 
     def __init__(
         self,
@@ -62,14 +162,24 @@ class SentenceTransformerEmbedder:
         batch_size: int = 32,
         device: str = "cpu",
         query_instruction: str = "",
+        onnx_cache_dir: str | Path | None = None,
+        quantization: str | None = None,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
         self._model_name = model_name
         self._backend = backend
         self._batch_size = batch_size
         self._device = device
         self._query_instruction = query_instruction
+        self._onnx_cache_dir = Path(onnx_cache_dir) if onnx_cache_dir else None
+        self._quantization = quantization
         self._model: Any = None
         self._lock = threading.Lock()
+
+    @property
+    def backend(self) -> str:
+        return self._backend
 
     @property
     def model_id(self) -> str:
@@ -85,10 +195,14 @@ class SentenceTransformerEmbedder:
             from sentence_transformers import SentenceTransformer
 
             path = resolve_model_path(self._model_name)
-            logger.info("loading embedding model %s (%s backend)", path, self._backend)
             kwargs: dict[str, Any] = {"device": self._device}
             if self._backend != "torch":
-                kwargs["backend"] = self._backend
+                cache = self._onnx_cache_dir or default_onnx_cache_dir()
+                quantization = (self._quantization or cpu_quantization_config()) \
+                    if self._backend == "onnx-int8" else None
+                path, file_name = prepare_onnx_model(path, cache, quantization=quantization)
+                kwargs.update(backend="onnx", model_kwargs={"file_name": file_name})
+            logger.info("loading embedding model %s (%s backend)", path, self._backend)
             self._model = SentenceTransformer(path, **kwargs)
             self._model.encode(["warm up"], batch_size=1)
 

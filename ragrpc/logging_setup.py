@@ -5,13 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 
+from ragrpc.json_logging import JsonLogFormatter
 from ragrpc.request_context import RequestIdLogFilter
 
 
-def configure_logging(level: str = "INFO", service: str = "ragrpc") -> None:
+def configure_logging(level: str = "INFO", service: str = "ragrpc", log_format: str = "text") -> None:
+    """text: human-readable lines; json: one JSON object per line, each with the request id."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s %(levelname)s {service} [%(request_id)s] %(name)s: %(message)s"))
+    if log_format.lower() == "json":
+        handler.setFormatter(JsonLogFormatter(service))
+    else:
+        handler.setFormatter(logging.Formatter(
+            f"%(asctime)s %(levelname)s {service} [%(request_id)s] %(name)s: %(message)s"))
     handler.addFilter(RequestIdLogFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

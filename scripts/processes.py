@@ -72,7 +72,8 @@ class Stack:
         return process
 
     def base_env(self) -> dict[str, str]:
-        return {**os.environ, "RAGRPC_MILVUS_URI": self.milvus_uri, "HF_HUB_OFFLINE": "1", **self.env}
+        return {**os.environ, "RAGRPC_MILVUS_URI": self.milvus_uri, "HF_HUB_OFFLINE": "1",
+                "RAGRPC_INGEST_METRICS_PORT": "-1", "RAGRPC_QUERY_METRICS_PORT": "-1", **self.env}
 
     def start_milvus(self) -> None:
         port = free_port()

@@ -11,10 +11,9 @@ Safety rules (a value can never change the structure of the expression):
   * fields must be in the builder's allow-list (default `schema.FILTERABLE_FIELDS`) and be
     plain identifiers; values must have the declared type (bool is not int; floats finite;
     ints within int64);
-  * string literals are double-quoted with `\\` and `"` escaped and `\\n`, `\\r`, `\\t`
-    written as escapes; other control characters (C0, DEL, C1) and lone surrogates are
-    rejected, because Milvus parsers disagree on them (milvus-lite knows only
-    \\" \\' \\\\ \\n \\r \\t escapes; Milvus proper follows Go's strconv.Unquote).
+  * string literals are double-quoted; backslash, `"`, newline, CR and tab are escaped (the
+    escapes milvus-lite and Milvus's Go parser share); other control characters (C0, DEL,
+    C1) and lone surrogates are rejected (no shared escape; never a legitimate value).
 
 `render()` inlines literals (milvus-lite rejects templates); `render_with_params()` gives a
 `{name}` template plus params for servers that support expression templates (Milvus >= 2.5).
@@ -191,8 +190,11 @@ class Conjunction(FilterExpr):
         return f" {self.operator} ".join(_parenthesised(p, context) for p in self.parts)
 
     def matches(self, row: Mapping[str, Any]) -> bool:
-        results = (part.matches(row) for part in self.parts)
-        return all(results) if self.operator == "and" else any(results)
+        wanted = self.operator == "or"  # the result that decides early
+        for part in self.parts:
+            if part.matches(row) == wanted:
+                return wanted
+        return not wanted
 
 
 def _parenthesised(part: FilterExpr, context: _RenderContext) -> str:
@@ -259,7 +261,6 @@ class FilterBuilder:
     def or_(self, *exprs: FilterExpr) -> FilterExpr:
         return _conjunction("or", exprs)
 
-    # --- validation -------------------------------------------------------------
     def _declared_type(self, field_name: str) -> type:
         declared = self._fields.get(field_name) if isinstance(field_name, str) else None
         if declared is None:

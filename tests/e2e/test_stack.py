@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,7 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     data = tmp_path_factory.mktemp("stack")
     env = {**os.environ, "RAGRPC_DATA_DIR": str(data), "RAGRPC_MILVUS_PORT": str(free_port()),
            "RAGRPC_INGEST_PORT": str(free_port()), "RAGRPC_QUERY_PORT": str(free_port()),
+           "RAGRPC_INGEST_METRICS_PORT": str(free_port()), "RAGRPC_QUERY_METRICS_PORT": str(free_port()),
            "VENV": str(Path(sys.executable).parent.parent)}
     env.pop("RAGRPC_MILVUS_URI", None)
     started = _stack(env, "start")
@@ -87,3 +89,27 @@ def test_restarts_lose_nothing(stack_env: dict[str, str]) -> None:
     assert doc.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and doc.chunk_count == uploaded.document.chunk_count
     events = _ask(query, "What happens when the same file is ingested twice?")
     assert "faq" in {e.source.chunk.document_id for e in events if e.HasField("source")}
+
+
+def _scrape(port: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_move_after_calls(stack_env: dict[str, str]) -> None:
+    query = f"127.0.0.1:{stack_env['RAGRPC_QUERY_PORT']}"
+    before = _scrape(stack_env["RAGRPC_QUERY_METRICS_PORT"])
+    _ask(query, "How do query services scale?")
+    after = _scrape(stack_env["RAGRPC_QUERY_METRICS_PORT"])
+    key = 'ragrpc_rpc_requests_total{code="OK",method="Ask",service="ragrpc.v1.RetrieveService"}'
+    assert after[key] == before.get(key, 0.0) + 1
+    assert after['ragrpc_tokens_generated_total{model="extractive"}'] > 0
+    assert after["ragrpc_time_to_first_token_seconds_count"] >= 1
+    ingest_metrics = _scrape(stack_env["RAGRPC_INGEST_METRICS_PORT"])
+    assert ingest_metrics["ragrpc_chunks_written_total"] > 0
+    assert any(k.startswith("ragrpc_ingest_stage_seconds_count") for k in ingest_metrics)
