@@ -13,6 +13,7 @@ from ingest_service.admission import AdmissionGate
 from ingest_service.chunk_planner import ChunkPlannerImpl
 from ingest_service.clean import clean_blocks
 from ingest_service.documents import DocumentRecovery, DocumentService
+from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.extract import build_default_registry
 from ingest_service.extract.base import ExtractionLimits
 from ingest_service.jobs import IngestJobRunner
@@ -52,8 +53,10 @@ def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
     planner = ChunkPlannerImpl(embedder.token_counter(), embedder.max_tokens,
                                default_size=settings.chunk_size_tokens,
                                default_overlap=settings.chunk_overlap_tokens, embed=embedder.embed_documents)
+    batcher = EmbeddingBatcher(embedder.embed_documents, batch_size=settings.embedding_batch_size)
     pipeline = IngestPipeline(
-        extractor=build_default_registry(ExtractionLimits()), planner=planner, embedder=embedder, chunks=chunks,
+        extractor=build_default_registry(ExtractionLimits()), planner=planner, embedder=embedder,
+        batcher=batcher, chunks=chunks,
         registry=registry, executor=executor, embed_batch_size=settings.embedding_batch_size,
         document_timeout_s=settings.document_timeout_s, clean=clean_document,
         observer=IngestMetricsObserver(metrics) if metrics else None,
@@ -62,7 +65,7 @@ def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
     gate = AdmissionGate(settings.max_pending_documents)
     if metrics is not None:
         metrics.ingest_queue_depth.set_function(lambda: gate.pending)
-    jobs = IngestJobRunner(pipeline, registry, executor, gate)
+    jobs = IngestJobRunner(pipeline, registry, executor, gate, concurrency=settings.ingest_concurrency)
     return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate)
 
 

@@ -9,6 +9,7 @@ from google.protobuf import timestamp_pb2
 from ingest_service.jobs import JobSummary
 from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import DocumentSpecInput
+from ragrpc import errors
 from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
 from ragrpc.v1 import ingest_pb2
 
@@ -19,10 +20,21 @@ _STAGES = {
 }
 
 
-def strategy_name(value: int) -> str:
+def strategy_name(value: int, field: str = "spec.chunking.strategy") -> str:
     if value == ingest_pb2.CHUNKING_STRATEGY_UNSPECIFIED:
         return "auto"
+    if value not in ingest_pb2.ChunkingStrategy.values():  # proto3 enums are open: any int32 arrives
+        raise errors.InvalidInputError(f"unknown chunking strategy {value}", field=field)
     return ingest_pb2.ChunkingStrategy.Name(value).removeprefix("CHUNKING_STRATEGY_").lower()
+
+
+def state_from_pb(value: int, field: str = "state") -> DocumentState | None:
+    """The DocumentState filter of a request (None when unspecified)."""
+    if not value:
+        return None
+    if value not in {int(s) for s in DocumentState}:
+        raise errors.InvalidInputError(f"unknown document state {value}", field=field)
+    return DocumentState(value)
 
 
 def spec_from_pb(spec: ingest_pb2.DocumentSpec) -> DocumentSpecInput:

@@ -25,6 +25,7 @@ import numpy as np
 
 from ingest_service.chunk_records import build_chunk_records
 from ingest_service.document_facts import DocumentFacts, gather_facts
+from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ingest_service.stale_chunks import chunks_of_generation
 from ragrpc import errors
@@ -76,13 +77,14 @@ class IngestPipeline:
     """Ingests one document at a time; many can run concurrently on one event loop."""
 
     def __init__(self, *, extractor: DocumentExtractor, planner: ChunkPlanner, embedder: Embedder,
-                 chunks: ChunkStore, registry: DocumentRegistry, executor: Executor,
+                 batcher: EmbeddingBatcher, chunks: ChunkStore, registry: DocumentRegistry, executor: Executor,
                  embed_batch_size: int = 64, document_timeout_s: float = 900.0,
                  clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
                  observer: ProgressCallback | None = None) -> None:
         self._extractor = extractor
         self._planner = planner
         self._embedder = embedder
+        self._batcher = batcher
         self._chunks = chunks
         self._registry = registry
         self._executor = executor
@@ -201,7 +203,7 @@ class IngestPipeline:
         embedded = 0
         for start in range(0, total, self._batch):
             batch = searchable[start:start + self._batch]
-            vectors = await self._run(self._embedder.embed_documents, [d.text for d in batch])
+            vectors = await self._batcher.embed([d.text for d in batch])
             for draft, vector in zip(batch, vectors, strict=True):
                 if draft.parent_index >= 0:
                     child_vectors.setdefault(draft.parent_index, []).append(vector)

@@ -16,7 +16,6 @@ from ingest_service.jobs import IngestJobRunner
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.requests import IngestItem
 from ragrpc import errors
-from ragrpc.models import DocumentState
 from ragrpc.request_context import current_tenant
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -105,7 +104,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
 
     async def ListDocuments(self, request: ingest_pb2.ListDocumentsRequest,
                             context: grpc.aio.ServicerContext) -> ingest_pb2.ListDocumentsResponse:
-        state = DocumentState(request.state) if request.state else None
+        state = convert.state_from_pb(request.state)
         page = await self._run(self._documents.list, current_tenant(), page_size=request.page_size,
                                page_token=request.page_token, state=state, source=request.source,
                                collection=request.collection)

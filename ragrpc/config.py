@@ -44,7 +44,10 @@ class Settings:
         "sentence-transformers model directory or hub name; the default is the bundled all-MiniLM-L6-v2")
     embedding_backend: str = _setting(
         "torch", "RAGRPC_EMBEDDING_BACKEND", "sentence-transformers backend: torch or onnx")
-    embedding_batch_size: int = _setting(32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per embedding batch")
+    embedding_batch_size: int = _setting(
+        32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per model call (batched across concurrent documents)")
+    ingest_concurrency: int = _setting(
+        8, "RAGRPC_INGEST_CONCURRENCY", "Documents of a batch processed at once (their embeddings share batches)")
     query_instruction: str = _setting(
         "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')")
     # Chunking

@@ -1,0 +1,97 @@
+"""Cross-document micro-batching of embeddings.
+
+Documents are small and many (an abstract is one or two chunks), but the model is fastest
+on full batches and must not run twice at once on a 2-core machine. Every concurrent
+ingestion submits its texts here; one worker thread embeds them in batches of up to
+`batch_size` texts, waiting at most `max_wait_s` for a batch to fill, so extraction,
+chunking and writing of other documents overlap with embedding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+EmbedFunction = Callable[[list[str]], np.ndarray]
+
+
+@dataclass
+class _Request:
+    texts: list[str]
+    future: asyncio.Future[np.ndarray]
+
+
+class EmbeddingBatcher:
+    """`await batcher.embed(texts)` -> vectors; one model call at a time, batched across callers."""
+
+    def __init__(self, embed: EmbedFunction, *, batch_size: int = 64, max_wait_s: float = 0.02) -> None:
+        self._embed = embed
+        self._batch_size = batch_size
+        self._max_wait_s = max_wait_s
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self.batches = 0  # model calls so far (for benchmarks and tests)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        self._ensure_worker()
+        assert self._queue is not None
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(list(texts), future))
+        return await future
+
+    def _ensure_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._queue = asyncio.Queue()
+            self._worker = loop.create_task(self._run())
+
+    async def _collect(self) -> list[_Request]:
+        assert self._queue is not None
+        batch = [await self._queue.get()]
+        size = len(batch[0].texts)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait_s
+        while size < self._batch_size:
+            try:
+                request = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
+            batch.append(request)
+            size += len(request.texts)
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._collect()
+            live = [r for r in batch if not r.future.cancelled()]
+            texts = [t for r in live for t in r.texts]
+            try:
+                vectors = await loop.run_in_executor(self._executor, self._embed, texts) if texts else None
+            except Exception as exc:  # noqa: BLE001 - delivered to every waiting caller
+                for request in live:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            self.batches += 1
+            offset = 0
+            for request in live:
+                part = vectors[offset:offset + len(request.texts)]
+                offset += len(request.texts)
+                if not request.future.done():
+                    request.future.set_result(part)
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
