@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import PurePath
 
+from ingest_service.metadata import document_metadata
 from ingest_service.requests import IngestItem
-from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
+from ragrpc.models import DocumentRecord, ExtractedDocument
 
 
 @dataclass
@@ -57,22 +57,17 @@ def parse_date(text: str) -> int:
     return int(moment.timestamp())
 
 
-def _first_heading(extracted: ExtractedDocument) -> str:
-    for block in extracted.blocks:
-        if block.kind == BlockKind.HEADING and block.text.strip():
-            return block.text.strip()[:200]
-    return ""
+_DERIVED_KEYS = ("size_bytes", "sha256", "file_name", "source")  # already first-class fields
 
 
 def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFacts:
-    meta = extracted.metadata
     spec = item.spec
-    file_stem = PurePath(spec.file_name).stem if spec.file_name else ""
-    title = spec.title or meta.title or _first_heading(extracted) or file_stem or "untitled"
-    merged = {**meta.extra, **spec.metadata}
+    meta = document_metadata(extracted, data=item.content, file_name=spec.file_name, source=spec.source)
+    extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}
+    merged = {**extra, **spec.metadata}
     return DocumentFacts(
         source=spec.source or spec.file_name or "",
-        title=title,
+        title=spec.title or meta.title or "untitled",
         media_type=extracted.media_type,
         content_hash=item.content_hash,
         size_bytes=len(item.content),
