@@ -177,7 +177,7 @@ class AsyncIngestClient(_AsyncClient):
 
     async def get_document(self, document_id: str, *, timeout: float | None = None) -> ingest_pb2.Document:
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
-        return await self._unary(self._stub.GetDocument, request, timeout)  # type: ignore[no-any-return]
+        return (await self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     async def list_documents_page(self, *, page_size: int = 0, page_token: str = "", state: str | None = None,
                                   source: str = "", collection: str = "",
@@ -204,7 +204,7 @@ class AsyncIngestClient(_AsyncClient):
                               tags: Iterable[str] | None = None, metadata: Mapping[str, str] | None = None,
                               timeout: float | None = None) -> ingest_pb2.Document:
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
-        return await self._unary(self._stub.UpdateDocument, request, timeout)  # type: ignore[no-any-return]
+        return (await self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     async def delete_document(self, document_id: str, *, timeout: float | None = None) -> int:
         request = ingest_pb2.DeleteDocumentRequest(document_id=document_id)
@@ -213,7 +213,7 @@ class AsyncIngestClient(_AsyncClient):
 
     async def get_job(self, job_id: str, *, timeout: float | None = None) -> ingest_pb2.IngestJob:
         request = ingest_pb2.GetIngestJobRequest(job_id=job_id)
-        return await self._unary(self._stub.GetIngestJob, request, timeout)  # type: ignore[no-any-return]
+        return (await self._unary(self._stub.GetIngestJob, request, timeout)).job  # type: ignore[no-any-return]
 
 
 class AsyncRetrieveClient(_AsyncClient):

@@ -210,7 +210,7 @@ class IngestClient(_SyncClient):
 
     def get_document(self, document_id: str, *, timeout: float | None = None) -> ingest_pb2.Document:
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
-        return self._unary(self._stub.GetDocument, request, timeout)  # type: ignore[no-any-return]
+        return (self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     def list_documents_page(self, *, page_size: int = 0, page_token: str = "", state: str | None = None,
                             source: str = "", collection: str = "",
@@ -237,7 +237,7 @@ class IngestClient(_SyncClient):
                         timeout: float | None = None) -> ingest_pb2.Document:
         """Changes the given (not None) fields only."""
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
-        return self._unary(self._stub.UpdateDocument, request, timeout)  # type: ignore[no-any-return]
+        return (self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     def delete_document(self, document_id: str, *, timeout: float | None = None) -> int:
         """Deletes a document; returns the number of chunks removed."""
@@ -246,7 +246,7 @@ class IngestClient(_SyncClient):
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> ingest_pb2.IngestJob:
         request = ingest_pb2.GetIngestJobRequest(job_id=job_id)
-        return self._unary(self._stub.GetIngestJob, request, timeout)  # type: ignore[no-any-return]
+        return (self._unary(self._stub.GetIngestJob, request, timeout)).job  # type: ignore[no-any-return]
 
 
 class RetrieveClient(_SyncClient):

@@ -98,9 +98,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                     job_id=job_id, progress=convert.progress_to_pb(event.index, event.progress))
 
     async def GetDocument(self, request: ingest_pb2.GetDocumentRequest,
-                          context: grpc.aio.ServicerContext) -> ingest_pb2.Document:
+                          context: grpc.aio.ServicerContext) -> ingest_pb2.GetDocumentResponse:
         record = await self._run(self._documents.get, current_tenant(), request.document_id)
-        return convert.document_to_pb(record)
+        return ingest_pb2.GetDocumentResponse(document=convert.document_to_pb(record))
 
     async def ListDocuments(self, request: ingest_pb2.ListDocumentsRequest,
                             context: grpc.aio.ServicerContext) -> ingest_pb2.ListDocumentsResponse:
@@ -112,12 +112,12 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                                                 next_page_token=page.next_page_token)
 
     async def UpdateDocument(self, request: ingest_pb2.UpdateDocumentRequest,
-                             context: grpc.aio.ServicerContext) -> ingest_pb2.Document:
+                             context: grpc.aio.ServicerContext) -> ingest_pb2.UpdateDocumentResponse:
         doc = request.document
         record = await self._run(self._documents.update, current_tenant(), doc.document_id,
                                  fields=list(request.update_mask.paths), title=doc.title, tags=list(doc.tags),
                                  metadata=dict(doc.metadata))
-        return convert.document_to_pb(record)
+        return ingest_pb2.UpdateDocumentResponse(document=convert.document_to_pb(record))
 
     async def DeleteDocument(self, request: ingest_pb2.DeleteDocumentRequest,
                              context: grpc.aio.ServicerContext) -> ingest_pb2.DeleteDocumentResponse:
@@ -125,6 +125,6 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         return ingest_pb2.DeleteDocumentResponse(chunks_deleted=deleted)
 
     async def GetIngestJob(self, request: ingest_pb2.GetIngestJobRequest,
-                           context: grpc.aio.ServicerContext) -> ingest_pb2.IngestJob:
+                           context: grpc.aio.ServicerContext) -> ingest_pb2.GetIngestJobResponse:
         job = await self._jobs.get(current_tenant(), request.job_id)
-        return convert.job_to_pb(job)
+        return ingest_pb2.GetIngestJobResponse(job=convert.job_to_pb(job))

@@ -240,6 +240,12 @@ class GetDocumentRequest(_message.Message):
     document_id: str
     def __init__(self, document_id: _Optional[str] = ...) -> None: ...
 
+class GetDocumentResponse(_message.Message):
+    __slots__ = ("document",)
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    document: Document
+    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ...) -> None: ...
+
 class ListDocumentsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "state", "source", "collection")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +276,12 @@ class UpdateDocumentRequest(_message.Message):
     update_mask: _field_mask_pb2.FieldMask
     def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
+class UpdateDocumentResponse(_message.Message):
+    __slots__ = ("document",)
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    document: Document
+    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ...) -> None: ...
+
 class DeleteDocumentRequest(_message.Message):
     __slots__ = ("document_id",)
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +299,12 @@ class GetIngestJobRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetIngestJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: IngestJob
+    def __init__(self, job: _Optional[_Union[IngestJob, _Mapping]] = ...) -> None: ...
 
 class IngestJob(_message.Message):
     __slots__ = ("job_id", "done", "documents", "summary", "create_time", "update_time")

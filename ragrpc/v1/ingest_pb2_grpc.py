@@ -49,7 +49,7 @@ class IngestServiceStub:
         self.GetDocument = channel.unary_unary(
                 '/ragrpc.v1.IngestService/GetDocument',
                 request_serializer=ragrpc_dot_v1_dot_ingest__pb2.GetDocumentRequest.SerializeToString,
-                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.Document.FromString,
+                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.GetDocumentResponse.FromString,
                 _registered_method=True)
         self.ListDocuments = channel.unary_unary(
                 '/ragrpc.v1.IngestService/ListDocuments',
@@ -59,7 +59,7 @@ class IngestServiceStub:
         self.UpdateDocument = channel.unary_unary(
                 '/ragrpc.v1.IngestService/UpdateDocument',
                 request_serializer=ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentRequest.SerializeToString,
-                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.Document.FromString,
+                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentResponse.FromString,
                 _registered_method=True)
         self.DeleteDocument = channel.unary_unary(
                 '/ragrpc.v1.IngestService/DeleteDocument',
@@ -69,7 +69,7 @@ class IngestServiceStub:
         self.GetIngestJob = channel.unary_unary(
                 '/ragrpc.v1.IngestService/GetIngestJob',
                 request_serializer=ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobRequest.SerializeToString,
-                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.IngestJob.FromString,
+                response_deserializer=ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobResponse.FromString,
                 _registered_method=True)
 
 
@@ -151,7 +151,7 @@ def add_IngestServiceServicer_to_server(servicer, server):
             'GetDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDocument,
                     request_deserializer=ragrpc_dot_v1_dot_ingest__pb2.GetDocumentRequest.FromString,
-                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.Document.SerializeToString,
+                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.GetDocumentResponse.SerializeToString,
             ),
             'ListDocuments': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDocuments,
@@ -161,7 +161,7 @@ def add_IngestServiceServicer_to_server(servicer, server):
             'UpdateDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateDocument,
                     request_deserializer=ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentRequest.FromString,
-                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.Document.SerializeToString,
+                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentResponse.SerializeToString,
             ),
             'DeleteDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteDocument,
@@ -171,7 +171,7 @@ def add_IngestServiceServicer_to_server(servicer, server):
             'GetIngestJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetIngestJob,
                     request_deserializer=ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobRequest.FromString,
-                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.IngestJob.SerializeToString,
+                    response_serializer=ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -256,7 +256,7 @@ class IngestService:
             target,
             '/ragrpc.v1.IngestService/GetDocument',
             ragrpc_dot_v1_dot_ingest__pb2.GetDocumentRequest.SerializeToString,
-            ragrpc_dot_v1_dot_ingest__pb2.Document.FromString,
+            ragrpc_dot_v1_dot_ingest__pb2.GetDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -310,7 +310,7 @@ class IngestService:
             target,
             '/ragrpc.v1.IngestService/UpdateDocument',
             ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentRequest.SerializeToString,
-            ragrpc_dot_v1_dot_ingest__pb2.Document.FromString,
+            ragrpc_dot_v1_dot_ingest__pb2.UpdateDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -364,7 +364,7 @@ class IngestService:
             target,
             '/ragrpc.v1.IngestService/GetIngestJob',
             ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobRequest.SerializeToString,
-            ragrpc_dot_v1_dot_ingest__pb2.IngestJob.FromString,
+            ragrpc_dot_v1_dot_ingest__pb2.GetIngestJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -85,7 +85,7 @@ def test_restarts_lose_nothing(stack_env: dict[str, str]) -> None:
     assert started.returncode == 0, started.stdout + started.stderr
     with grpc.insecure_channel(ingest) as channel:
         doc = ingest_pb2_grpc.IngestServiceStub(channel).GetDocument(
-            ingest_pb2.GetDocumentRequest(document_id="faq"), timeout=30)
+            ingest_pb2.GetDocumentRequest(document_id="faq"), timeout=30).document
     assert doc.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and doc.chunk_count == uploaded.document.chunk_count
     events = _ask(query, "What happens when the same file is ingested twice?")
     assert "faq" in {e.source.chunk.document_id for e in events if e.HasField("source")}

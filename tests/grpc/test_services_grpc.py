@@ -118,7 +118,7 @@ async def test_document_resources(fake_stack) -> None:  # type: ignore[no-untype
             if not token:
                 break
         assert seen == [f"note-{i}" for i in range(5)]
-        doc = await stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="note-3"))
+        doc = (await stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="note-3"))).document
         assert doc.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and doc.chunk_count == 1
         deleted = await stub.DeleteDocument(ingest_pb2.DeleteDocumentRequest(document_id="note-3"))
         assert deleted.chunks_deleted == 1
@@ -139,7 +139,7 @@ async def test_ingest_documents_streams_progress_then_summary(fake_stack) -> Non
         last = {e.progress.index: e.progress for e in events if e.HasField("progress")}
         assert last[0].state == ingest_pb2.DOCUMENT_STATE_ACTIVE
         assert last[1].state == ingest_pb2.DOCUMENT_STATE_FAILED and last[1].error_message
-        job = await stub.GetIngestJob(ingest_pb2.GetIngestJobRequest(job_id=events[0].job_id))
+        job = (await stub.GetIngestJob(ingest_pb2.GetIngestJobRequest(job_id=events[0].job_id))).job
         assert job.done and job.summary.succeeded == 1
 
 
