@@ -56,7 +56,7 @@ def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 def document_to_pb(record: DocumentRecord) -> ingest_pb2.Document:
     doc = ingest_pb2.Document(
         document_id=record.document_id, collection=record.collection, source=record.source, title=record.title,
-        media_type=record.media_type, content_hash=record.content_hash, state=int(record.state),
+        media_type=record.media_type, content_hash=record.content_hash, state=int(record.state),  # type: ignore[arg-type]
         chunk_count=record.chunk_count, page_count=record.page_count,
         pages_without_text=record.pages_without_text, size_bytes=record.size_bytes, author=record.author,
         language=record.language, tags=record.tags, metadata=record.metadata, chunker=record.chunker,
@@ -74,7 +74,7 @@ def document_to_pb(record: DocumentRecord) -> ingest_pb2.Document:
 
 def progress_to_pb(index: int, event: ProgressEvent) -> ingest_pb2.DocumentProgress:
     return ingest_pb2.DocumentProgress(
-        index=index, document_id=event.document_id, stage=_STAGES.get(event.stage, 0), state=int(event.state),
+        index=index, document_id=event.document_id, stage=_STAGES.get(event.stage, 0), state=int(event.state),  # type: ignore[arg-type]
         chunk_count=event.chunk_count, chunks_embedded=event.chunks_embedded, error_message=event.error,
         unchanged=event.unchanged, error_code=event.error_code,
     )

@@ -63,7 +63,7 @@ class DocumentService:
             raise errors.NotFoundError(f"document {document_id!r} does not exist", metadata={"document_id": document_id})
         return record
 
-    def list(self, tenant: str, *, page_size: int = 0, page_token: str = "", state: DocumentState | None = None,
+    def list_page(self, tenant: str, *, page_size: int = 0, page_token: str = "", state: DocumentState | None = None,
              source: str = "", collection: str = "") -> DocumentPage:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
             raise errors.InvalidInputError(f"page_size must be between 0 and {MAX_PAGE_SIZE}", field="page_size")

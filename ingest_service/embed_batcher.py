@@ -84,6 +84,8 @@ class EmbeddingBatcher:
                         request.future.set_exception(exc)
                 continue
             self.batches += 1
+            if vectors is None:
+                continue
             offset = 0
             for request in live:
                 part = vectors[offset:offset + len(request.texts)]

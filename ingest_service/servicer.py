@@ -105,7 +105,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def ListDocuments(self, request: ingest_pb2.ListDocumentsRequest,
                             context: grpc.aio.ServicerContext) -> ingest_pb2.ListDocumentsResponse:
         state = convert.state_from_pb(request.state)
-        page = await self._run(self._documents.list, current_tenant(), page_size=request.page_size,
+        page = await self._run(self._documents.list_page, current_tenant(), page_size=request.page_size,
                                page_token=request.page_token, state=state, source=request.source,
                                collection=request.collection)
         return ingest_pb2.ListDocumentsResponse(documents=[convert.document_to_pb(d) for d in page.documents],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -73,7 +73,7 @@ class AnswerService:
         self._chain = chain
         self._executor = executor
 
-    async def ask(self, query: AskQuery) -> AsyncIterator[AskEvent]:
+    async def ask(self, query: AskQuery) -> AsyncGenerator[AskEvent, None]:
         started = time.perf_counter()
         result = await self._retrieval.retrieve(query.retrieval)
         context_started = time.perf_counter()

@@ -10,7 +10,7 @@ from ragrpc import errors
 from ragrpc.models import ScoredChunk
 from ragrpc.v1 import common_pb2, retrieve_pb2
 
-_SCORE_KINDS = {
+_SCORE_KINDS: dict[str, int] = {
     "cosine": common_pb2.SCORE_KIND_COSINE, "bm25": common_pb2.SCORE_KIND_BM25, "rrf": common_pb2.SCORE_KIND_RRF,
     "weighted": common_pb2.SCORE_KIND_WEIGHTED, "rerank": common_pb2.SCORE_KIND_RERANK,
 }
@@ -18,7 +18,7 @@ _MODES = {retrieve_pb2.RETRIEVAL_MODE_UNSPECIFIED: "hybrid", retrieve_pb2.RETRIE
           retrieve_pb2.RETRIEVAL_MODE_DENSE: "dense", retrieve_pb2.RETRIEVAL_MODE_SPARSE: "sparse"}
 _FUSIONS = {retrieve_pb2.FUSION_METHOD_UNSPECIFIED: "rrf", retrieve_pb2.FUSION_METHOD_RRF: "rrf",
             retrieve_pb2.FUSION_METHOD_WEIGHTED: "weighted"}
-_FINISH = {"stop": retrieve_pb2.FINISH_REASON_STOP, "length": retrieve_pb2.FINISH_REASON_LENGTH,
+_FINISH: dict[str, int] = {"stop": retrieve_pb2.FINISH_REASON_STOP, "length": retrieve_pb2.FINISH_REASON_LENGTH,
            "no_sources": retrieve_pb2.FINISH_REASON_NO_SOURCES}
 _ROLES = {retrieve_pb2.ConversationTurn.ROLE_USER: "user", retrieve_pb2.ConversationTurn.ROLE_ASSISTANT: "assistant"}
 
@@ -76,7 +76,7 @@ def scored_chunk_to_pb(hit: ScoredChunk, rank: int, score_kind: str) -> common_p
         if value is not None:
             setattr(stage, name, float(value))
     return common_pb2.ScoredChunk(chunk=chunk, rank=rank, score=float(hit.score),
-                                  score_kind=_SCORE_KINDS.get(score_kind, 0), stage_scores=stage)
+                                  score_kind=_SCORE_KINDS.get(score_kind, 0), stage_scores=stage)  # type: ignore[arg-type]
 
 
 def source_to_pb(source: ContextSource, score_kind: str) -> common_pb2.ScoredChunk:
@@ -104,7 +104,7 @@ def citation_to_pb(event: CitationFound) -> retrieve_pb2.Citation:
 
 def final_to_pb(event: AnswerFinished) -> retrieve_pb2.AskFinal:
     return retrieve_pb2.AskFinal(
-        finish_reason=_FINISH.get(event.finish_reason, 0), model=event.model,
+        finish_reason=_FINISH.get(event.finish_reason, 0), model=event.model,  # type: ignore[arg-type]
         usage=retrieve_pb2.TokenUsage(prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens),
         timings=[common_pb2.StageTiming(stage=n, millis=ms) for n, ms in event.timings], answer=event.answer,
         retrieval=summary_to_pb(event.retrieval),

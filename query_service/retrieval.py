@@ -152,6 +152,7 @@ class RetrievalPipeline:
         if len(usable) < 2:
             return hits
         matrix = np.asarray([vectors[h.chunk.chunk_id] for h in usable], dtype=np.float32)
+        assert query.mmr_lambda is not None
         chosen = MmrDiversifier(query.mmr_lambda).diversify(usable, matrix, query.top_k)
         return list(chosen)
 

@@ -49,7 +49,9 @@ class DeadlineInterceptor(grpc.aio.ServerInterceptor):
                         raise self._expired(method) from None
                     yield item  # time spent waiting for the client to read is not ours to cut short
             finally:
-                await iterator.aclose()
+                close = getattr(iterator, "aclose", None)
+                if close is not None:
+                    await close()
 
         return wrapper
 

@@ -66,17 +66,23 @@ class MilvusChunkStore:
     def supports_bm25(self) -> bool:
         return self._setup.bm25_supported
 
+    def _write(self, operation: str, rows: list[dict[str, Any]]) -> None:
+        def call(client: Any) -> None:
+            getattr(client, operation)(self._names.chunks, rows)
+
+        self._conn.call(call)
+
     @translate_errors
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
             rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
-            self._conn.call(lambda c, rows=rows: c.insert(self._names.chunks, rows))
+            self._write("insert", rows)
 
     @translate_errors
     def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
             rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
-            self._conn.call(lambda c, rows=rows: c.upsert(self._names.chunks, rows))
+            self._write("upsert", rows)
 
     @translate_errors
     def delete_chunks(self, expr: FilterExpr) -> int:
