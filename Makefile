@@ -72,6 +72,8 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ragrpc ingest_service query_service clients
+	$(VENV)/bin/buf lint
+	PYTHON=$(PY) bash scripts/proto_check.sh
 
 clean:
 	rm -rf data/ .pytest_cache .mypy_cache .ruff_cache
