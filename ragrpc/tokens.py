@@ -30,24 +30,31 @@ class TokenCounter(Protocol):
 
 
 class HfTokenCounter:
-    """Counts with a Hugging Face fast tokenizer (the embedding model's own), without
-    the special tokens the model adds around every input."""
+    """Counts with a Hugging Face fast tokenizer (the embedding model's own), without the
+    special tokens the model adds around every input.
+
+    Uses a private copy of the Rust tokenizer with truncation and padding switched off once:
+    the transformers wrapper re-applies those settings on every call, which mutates the
+    shared Rust object and fails ("Already borrowed") when two threads tokenize at once.
+    Encoding with fixed settings only reads it, so the counter is safe to share."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
+        from tokenizers import Tokenizer
+
+        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        self._tokenizer = Tokenizer.from_str(backend.to_str())
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def spans(self, text: str) -> list[Span]:
         if not text:
             return []
-        enc = self._tokenizer(
-            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
-        return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+        return [(int(a), int(b)) for a, b in self._tokenizer.encode(text, add_special_tokens=False).offsets]
 
 
 class WordTokenCounter:
