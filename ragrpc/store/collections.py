@@ -91,6 +91,8 @@ class CollectionSetup:
         for name in (self._names.chunks, self._names.jobs):
             if client.has_collection(name):
                 client.load_collection(name)
+        self._conn.keep_loaded(*(name for name in (self._names.documents, self._names.chunks, self._names.jobs)
+                                 if client.has_collection(name)))
         self.bm25_supported = self._has_sparse_field(client)
 
     def _check_model(self, client: Any, model_id: str, dimension: int, *, create: bool) -> None:

@@ -70,7 +70,7 @@ class MilvusChunkStore:
         def call(client: Any) -> None:
             getattr(client, operation)(self._names.chunks, rows)
 
-        self._conn.call(call)
+        self._conn.write(call)
 
     @translate_errors
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
@@ -86,7 +86,7 @@ class MilvusChunkStore:
 
     @translate_errors
     def delete_chunks(self, expr: FilterExpr) -> int:
-        result = self._conn.call(lambda c: c.delete(self._names.chunks, filter=expr.render()))
+        result = self._conn.write(lambda c: c.delete(self._names.chunks, filter=expr.render()))
         return int(result.get("delete_count", 0)) if isinstance(result, dict) else 0
 
     @translate_errors

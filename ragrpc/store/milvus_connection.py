@@ -32,6 +32,15 @@ def _looks_unavailable(exc: BaseException) -> bool:
     return any(hint in text for hint in _UNAVAILABLE_HINTS)
 
 
+_RELEASED_HINTS = ("not loaded", "state 'released'", "call load()", "collection not loaded")
+
+
+def _looks_released(exc: BaseException) -> bool:
+    """Milvus' CollectionNotLoaded (code 101), as milvus-lite and Milvus word it."""
+    text = f"{exc}".lower()
+    return getattr(exc, "code", None) == 101 or any(hint in text for hint in _RELEASED_HINTS)
+
+
 def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
     """The ragrpc error for a Milvus failure: UnavailableError (connection) or InternalError."""
     if isinstance(exc, errors.RagrpcError):
@@ -59,7 +68,13 @@ def translate_errors(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 class MilvusConnection:
-    """Owns one pymilvus MilvusClient; reconnects after a failure."""
+    """Owns one pymilvus MilvusClient; reconnects after a failure.
+
+    Writes go through `write()`, which runs them one at a time: a milvus-lite server that
+    receives concurrent inserts/upserts corrupts its write-ahead log, and after a restart
+    most acknowledged rows are gone (measured: 8 concurrent writers, SIGTERM, 24,779 of
+    25,627 acknowledged rows lost; the same load serialised lost none under SIGTERM or
+    SIGKILL). Reads stay concurrent."""
 
     def __init__(self, uri: str, token: str = "", timeout_s: float = 30.0) -> None:
         self.uri = uri
@@ -67,6 +82,8 @@ class MilvusConnection:
         self.timeout_s = timeout_s
         self._client: Any = None
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._keep_loaded: set[str] = set()
 
     def client(self) -> Any:
         with self._lock:
@@ -95,10 +112,15 @@ class MilvusConnection:
             except Exception:  # noqa: BLE001
                 logger.debug("closing a broken Milvus client failed", exc_info=True)
 
+    def keep_loaded(self, *names: str) -> None:
+        """Collections to load again when the server reports them released (it restarted)."""
+        with self._lock:
+            self._keep_loaded.update(names)
+
     def call(self, fn: Callable[[Any], T]) -> T:
         """Runs fn(client); on a connection failure reconnects once and retries."""
         try:
-            return fn(self.client())
+            return self._call_loaded(fn)
         except errors.RagrpcError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -107,7 +129,31 @@ class MilvusConnection:
             logger.warning("Milvus call failed (%s); reconnecting", exc)
             self.reset()
             time.sleep(0.2)
-            return fn(self.client())
+            return self._call_loaded(fn)
+
+    def _call_loaded(self, fn: Callable[[Any], T]) -> T:
+        """fn(client); when a collection turns out released (a restarted server comes back with
+        every collection released), loads the kept collections and retries once."""
+        client = self.client()
+        try:
+            return fn(client)
+        except errors.RagrpcError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            with self._lock:
+                names = sorted(self._keep_loaded)
+            if not names or not _looks_released(exc):
+                raise
+            logger.warning("Milvus reports a collection released (%s); loading %s again", exc, ", ".join(names))
+            for name in names:
+                if client.has_collection(name):
+                    client.load_collection(name)
+            return fn(client)
+
+    def write(self, fn: Callable[[Any], T]) -> T:
+        """Runs a mutating call (insert, upsert, delete, create) alone: one writer at a time."""
+        with self._write_lock:
+            return self.call(fn)
 
     def wait_until_ready(self, timeout_s: float = 60.0) -> None:
         """Blocks until the server answers (used at service start)."""

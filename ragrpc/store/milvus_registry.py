@@ -66,12 +66,12 @@ class MilvusDocumentRegistry:
     def put(self, record: DocumentRecord) -> None:
         record.updated_at = int(time.time())
         row = record_to_row(record)
-        self._conn.call(lambda c: c.upsert(self._names.documents, [row]))
+        self._conn.write(lambda c: c.upsert(self._names.documents, [row]))
 
     @translate_errors
     def delete(self, tenant: str, document_id: str) -> None:
         key = document_key(tenant, document_id)
-        self._conn.call(lambda c: c.delete(self._names.documents, ids=[key]))
+        self._conn.write(lambda c: c.delete(self._names.documents, ids=[key]))
 
     @translate_errors
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
@@ -103,7 +103,7 @@ class MilvusDocumentRegistry:
         job.updated_at = time.time()
         row = {s.JOB_ID: job.job_id, s.TENANT: job.tenant, s.UPDATED_AT: int(job.updated_at),
                s.RECORD: dataclasses.asdict(job), s.REGISTRY_VECTOR: [1.0, 0.0]}
-        self._conn.call(lambda c: c.upsert(self._names.jobs, [row]))
+        self._conn.write(lambda c: c.upsert(self._names.jobs, [row]))
 
     @translate_errors
     def get_job(self, job_id: str) -> IngestJobRecord | None:
