@@ -107,20 +107,43 @@ class AsyncIngestStream(IngestResults, AsyncStream[IngestEvent]):
 class _AsyncClient:
     service_name: ClassVar[str] = ""
 
-    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0,
-                 stream_timeout: float = 300.0, secure: bool = False, root_certificates: bytes | None = None,
-                 max_message_bytes: int = 16 * 1024 * 1024) -> None:
-        self.settings = ChannelSettings(target=target, api_key=api_key, secure=secure,
-                                        root_certificates=root_certificates, timeout=timeout,
-                                        stream_timeout=stream_timeout, max_message_bytes=max_message_bytes)
+    def __init__(
+        self,
+        target: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        stream_timeout: float = 300.0,
+        secure: bool = False,
+        root_certificates: bytes | None = None,
+        max_message_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.settings = ChannelSettings(
+            target=target,
+            api_key=api_key,
+            secure=secure,
+            root_certificates=root_certificates,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+            max_message_bytes=max_message_bytes,
+        )
         self._channel = create_aio_channel(self.settings)
 
     def _call_args(self, timeout: float | None, request_id: str | None, *, stream: bool) -> dict[str, Any]:
-        return {"timeout": self.settings.deadline(timeout, stream=stream),
-                "metadata": self.settings.call_metadata(request_id)}
+        return {
+            "timeout": self.settings.deadline(timeout, stream=stream),
+            "metadata": self.settings.call_metadata(request_id),
+        }
 
-    async def _unary(self, method: Callable[..., Any], request: Any, timeout: float | None = None,
-                     request_id: str | None = None, *, stream: bool = False) -> Any:
+    async def _unary(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        *,
+        stream: bool = False,
+    ) -> Any:
         try:
             return await method(request, **self._call_args(timeout, request_id, stream=stream))
         except grpc.RpcError as err:
@@ -151,58 +174,110 @@ class AsyncIngestClient(_AsyncClient):
         super().__init__(target, **kwargs)
         self._stub = ingest_pb2_grpc.IngestServiceStub(self._channel)
 
-    async def upload(self, source: UploadSource, *, file_name: str = "", media_type: str = "",
-                     collection: str = "", document_id: str = "", source_name: str = "", title: str = "",
-                     tags: Iterable[str] = (), metadata: Mapping[str, str] | None = None, password: str = "",
-                     chunking: convert.ChunkingLike = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                     on_progress: Callable[[int], None] | None = None, timeout: float | None = None,
-                     request_id: str | None = None) -> ingest_pb2.Document:
+    async def upload(
+        self,
+        source: UploadSource,
+        *,
+        file_name: str = "",
+        media_type: str = "",
+        collection: str = "",
+        document_id: str = "",
+        source_name: str = "",
+        title: str = "",
+        tags: Iterable[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        password: str = "",
+        chunking: convert.ChunkingLike = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        on_progress: Callable[[int], None] | None = None,
+        timeout: float | None = None,
+        request_id: str | None = None,
+    ) -> ingest_pb2.Document:
         """Uploads a file (path) or bytes as a client stream; returns the ACTIVE document."""
         spec = convert.document_spec(
-            file_name=file_name or convert.default_file_name(source), media_type=media_type,
-            collection=collection, document_id=document_id, source=source_name, title=title, tags=tags,
-            metadata=metadata, password=password, chunking=chunking)
+            file_name=file_name or convert.default_file_name(source),
+            media_type=media_type,
+            collection=collection,
+            document_id=document_id,
+            source=source_name,
+            title=title,
+            tags=tags,
+            metadata=metadata,
+            password=password,
+            chunking=chunking,
+        )
         with convert.open_upload_source(source) as reader:
             requests = convert.upload_requests(spec, reader, chunk_bytes, on_progress)
-            response = await self._unary(self._stub.UploadDocument, requests, timeout, request_id,
-                                         stream=True)
+            response = await self._unary(self._stub.UploadDocument, requests, timeout, request_id, stream=True)
         return response.document  # type: ignore[no-any-return]
 
-    def ingest(self, documents: Iterable[convert.NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any]],
-               *, timeout: float | None = None, request_id: str | None = None) -> AsyncIngestStream:
+    def ingest(
+        self,
+        documents: Iterable[convert.NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
+        request_id: str | None = None,
+    ) -> AsyncIngestStream:
         """Ingests inline documents; yields progress events, then the batch summary."""
         request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
-        return AsyncIngestStream(self._stub.IngestDocuments(request, **self._call_args(timeout, request_id,
-                                                                                        stream=True)))
+        return AsyncIngestStream(
+            self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True))
+        )
 
     async def get_document(self, document_id: str, *, timeout: float | None = None) -> ingest_pb2.Document:
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
         return (await self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
-    async def list_documents_page(self, *, page_size: int = 0, page_token: str = "", state: str | None = None,
-                                  source: str = "", collection: str = "",
-                                  timeout: float | None = None) -> ingest_pb2.ListDocumentsResponse:
-        request = convert.list_request(page_size=page_size, page_token=page_token, state=state, source=source,
-                                       collection=collection)
+    async def list_documents_page(
+        self,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        state: str | None = None,
+        source: str = "",
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> ingest_pb2.ListDocumentsResponse:
+        request = convert.list_request(
+            page_size=page_size, page_token=page_token, state=state, source=source, collection=collection
+        )
         return await self._unary(self._stub.ListDocuments, request, timeout)  # type: ignore[no-any-return]
 
-    async def list_documents(self, *, page_size: int = 50, state: str | None = None, source: str = "",
-                             collection: str = "",
-                             timeout: float | None = None) -> AsyncIterator[ingest_pb2.Document]:
+    async def list_documents(
+        self,
+        *,
+        page_size: int = 50,
+        state: str | None = None,
+        source: str = "",
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> AsyncIterator[ingest_pb2.Document]:
         """Every matching document, fetching pages as the iteration goes."""
         token = ""
         while True:
-            page = await self.list_documents_page(page_size=page_size, page_token=token, state=state,
-                                                  source=source, collection=collection, timeout=timeout)
+            page = await self.list_documents_page(
+                page_size=page_size,
+                page_token=token,
+                state=state,
+                source=source,
+                collection=collection,
+                timeout=timeout,
+            )
             for document in page.documents:
                 yield document
             token = page.next_page_token
             if not token:
                 return
 
-    async def update_document(self, document_id: str, *, title: str | None = None,
-                              tags: Iterable[str] | None = None, metadata: Mapping[str, str] | None = None,
-                              timeout: float | None = None) -> ingest_pb2.Document:
+    async def update_document(
+        self,
+        document_id: str,
+        *,
+        title: str | None = None,
+        tags: Iterable[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ingest_pb2.Document:
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
         return (await self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
 
@@ -225,8 +300,9 @@ class AsyncRetrieveClient(_AsyncClient):
         super().__init__(target, **kwargs)
         self._stub = retrieve_pb2_grpc.RetrieveServiceStub(self._channel)
 
-    def retrieve(self, query: str, *, timeout: float | None = None, request_id: str | None = None,
-                 **options: Any) -> AsyncRetrieveStream:
+    def retrieve(
+        self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
+    ) -> AsyncRetrieveStream:
         """Ranked hits, best first; `.summary` once exhausted."""
         request = convert.retrieve_request(query, **options)
         call = self._stub.Retrieve(request, **self._call_args(timeout, request_id, stream=True))
@@ -237,12 +313,19 @@ class AsyncRetrieveClient(_AsyncClient):
         stream = await self.retrieve(query, **options).drain()
         return stream.hits, stream.summary
 
-    def ask(self, query: str, *, timeout: float | None = None, request_id: str | None = None,
-            **options: Any) -> AsyncAskStream:
+    def ask(
+        self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
+    ) -> AsyncAskStream:
         """The answer stream (async iterator of Ask events)."""
         request = convert.ask_request(query, **options)
         return AsyncAskStream(self._stub.Ask(request, **self._call_args(timeout, request_id, stream=True)))
 
 
-__all__ = ["AsyncAskStream", "AsyncIngestClient", "AsyncIngestStream", "AsyncRetrieveClient",
-           "AsyncRetrieveStream", "AsyncStream"]
+__all__ = [
+    "AsyncAskStream",
+    "AsyncIngestClient",
+    "AsyncIngestStream",
+    "AsyncRetrieveClient",
+    "AsyncRetrieveStream",
+    "AsyncStream",
+]

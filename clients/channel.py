@@ -77,8 +77,10 @@ def service_config() -> dict[str, Any]:
     return {
         "methodConfig": [
             {"name": [{"service": INGEST_SERVICE}], "retryPolicy": _retry_policy(["UNAVAILABLE"])},
-            {"name": [{"service": RETRIEVE_SERVICE}],
-             "retryPolicy": _retry_policy(["UNAVAILABLE", "RESOURCE_EXHAUSTED"])},
+            {
+                "name": [{"service": RETRIEVE_SERVICE}],
+                "retryPolicy": _retry_policy(["UNAVAILABLE", "RESOURCE_EXHAUSTED"]),
+            },
         ],
     }
 

@@ -33,50 +33,68 @@ STATE_CHOICES = _choices(ingest_pb2.DocumentState.keys(), "DOCUMENT_STATE_")
 
 def _add_global_options(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    parser.add_argument("--ingest", dest="ingest_target", metavar="ADDR",
-                        default=env("RAGRPC_INGEST_TARGET", "127.0.0.1:50051"),
-                        help="IngestService address (env RAGRPC_INGEST_TARGET; default %(default)s)")
-    parser.add_argument("--query", dest="query_target", metavar="ADDR",
-                        default=env("RAGRPC_QUERY_TARGET", "127.0.0.1:50052"),
-                        help="RetrieveService address (env RAGRPC_QUERY_TARGET; default %(default)s)")
-    parser.add_argument("--target", metavar="ADDR", default=None,
-                        help="address checked by `health` (default: the --ingest address)")
-    parser.add_argument("--api-key", default=env("RAGRPC_API_KEY", ""),
-                        help="API key sent as 'authorization: Bearer KEY' (env RAGRPC_API_KEY)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="deadline of each call (default 30 s for unary calls, 300 s for streams)")
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable output: one JSON object per line")
+    parser.add_argument(
+        "--ingest",
+        dest="ingest_target",
+        metavar="ADDR",
+        default=env("RAGRPC_INGEST_TARGET", "127.0.0.1:50051"),
+        help="IngestService address (env RAGRPC_INGEST_TARGET; default %(default)s)",
+    )
+    parser.add_argument(
+        "--query",
+        dest="query_target",
+        metavar="ADDR",
+        default=env("RAGRPC_QUERY_TARGET", "127.0.0.1:50052"),
+        help="RetrieveService address (env RAGRPC_QUERY_TARGET; default %(default)s)",
+    )
+    parser.add_argument(
+        "--target", metavar="ADDR", default=None, help="address checked by `health` (default: the --ingest address)"
+    )
+    parser.add_argument(
+        "--api-key",
+        default=env("RAGRPC_API_KEY", ""),
+        help="API key sent as 'authorization: Bearer KEY' (env RAGRPC_API_KEY)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="deadline of each call (default 30 s for unary calls, 300 s for streams)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output: one JSON object per line")
 
 
 def _add_retrieval_options(parser: argparse.ArgumentParser, default_top_k: int) -> None:
     parser.add_argument("query", metavar="QUERY", help="the query text")
-    parser.add_argument("--top-k", type=int, default=default_top_k,
-                        help="number of hits (default %(default)s)")
-    parser.add_argument("--mode", choices=["hybrid", "dense", "sparse"],
-                        help="retrievers to run (default hybrid)")
-    parser.add_argument("--fusion", choices=["rrf", "weighted"],
-                        help="fusion of dense and sparse (default rrf)")
-    parser.add_argument("--mmr", type=float, metavar="LAMBDA",
-                        help="diversify with MMR (1 relevance .. 0 diversity)")
+    parser.add_argument("--top-k", type=int, default=default_top_k, help="number of hits (default %(default)s)")
+    parser.add_argument("--mode", choices=["hybrid", "dense", "sparse"], help="retrievers to run (default hybrid)")
+    parser.add_argument("--fusion", choices=["rrf", "weighted"], help="fusion of dense and sparse (default rrf)")
+    parser.add_argument("--mmr", type=float, metavar="LAMBDA", help="diversify with MMR (1 relevance .. 0 diversity)")
     parser.add_argument("--collection", default="", help="only this collection")
     parser.add_argument("--source", action="append", default=[], help="only this source (repeatable)")
-    parser.add_argument("--tag", action="append", default=[],
-                        help="only documents with this tag (repeatable)")
-    parser.add_argument("--document", action="append", default=[], metavar="ID",
-                        help="only this document (repeatable)")
+    parser.add_argument("--tag", action="append", default=[], help="only documents with this tag (repeatable)")
+    parser.add_argument("--document", action="append", default=[], metavar="ID", help="only this document (repeatable)")
     parser.add_argument("--after", metavar="ISO_DATE", help="only documents dated at or after this")
     parser.add_argument("--before", metavar="ISO_DATE", help="only documents dated before this")
 
 
 def _add_ingest_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ingest", help="upload files and directories (recursive, hidden files skipped)",
-                       description="Uploads each file with UploadDocument and prints id, state and chunks.")
+    p = sub.add_parser(
+        "ingest",
+        help="upload files and directories (recursive, hidden files skipped)",
+        description="Uploads each file with UploadDocument and prints id, state and chunks.",
+    )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--collection", default="", help="logical collection (default: the server's 'default')")
     p.add_argument("--tag", action="append", default=[], help="tag to add (repeatable)")
-    p.add_argument("--chunking", choices=CHUNKING_CHOICES, default=None, metavar="STRATEGY",
-                   help=f"chunking strategy: {', '.join(CHUNKING_CHOICES)}")
+    p.add_argument(
+        "--chunking",
+        choices=CHUNKING_CHOICES,
+        default=None,
+        metavar="STRATEGY",
+        help=f"chunking strategy: {', '.join(CHUNKING_CHOICES)}",
+    )
     p.add_argument("--password", default="", help="password of encrypted PDFs")
     p.set_defaults(handler=commands.cmd_ingest)
 
@@ -85,30 +103,32 @@ def _add_query_commands(sub: argparse._SubParsersAction) -> None:
     search = sub.add_parser("search", help="ranked hits for a query", description="Streams ranked chunks.")
     _add_retrieval_options(search, default_top_k=10)
     search.set_defaults(handler=commands.cmd_search)
-    ask = sub.add_parser("ask", help="answer a question from the collection",
-                         description="Prints the answer as it streams, then sources, citations and timings.")
+    ask = sub.add_parser(
+        "ask",
+        help="answer a question from the collection",
+        description="Prints the answer as it streams, then sources, citations and timings.",
+    )
     _add_retrieval_options(ask, default_top_k=5)
     ask.add_argument("--template", default="", help="default, conversational, analytical or creative")
     ask.add_argument("--max-answer-tokens", type=int, default=0, help="answer length limit (server default)")
-    ask.add_argument("--temperature", type=float, default=None,
-                     help="sampling temperature for LLM generators")
+    ask.add_argument("--temperature", type=float, default=None, help="sampling temperature for LLM generators")
     ask.set_defaults(handler=commands.cmd_ask)
 
 
 def _add_resource_commands(sub: argparse._SubParsersAction) -> None:
     docs = sub.add_parser("docs", help="list, show or delete documents", description="Document resources.")
     docs_sub = docs.add_subparsers(dest="docs_command", metavar="{list,get,delete}", required=True)
-    listing = docs_sub.add_parser("list", help="list documents (ordered by id)",
-                                  description="Lists documents.")
+    listing = docs_sub.add_parser("list", help="list documents (ordered by id)", description="Lists documents.")
     listing.add_argument("--state", choices=STATE_CHOICES, help="only documents in this state")
     listing.add_argument("--source", help="only documents with exactly this source")
     listing.add_argument("--collection", help="only documents in this collection")
-    listing.add_argument("--page-size", type=int, default=100,
-                         help="documents per request (default %(default)s)")
+    listing.add_argument("--page-size", type=int, default=100, help="documents per request (default %(default)s)")
     listing.add_argument("--limit", type=int, default=0, help="stop after this many documents (0: all)")
     listing.set_defaults(handler=commands.cmd_docs_list)
-    for name, handler, text in (("get", commands.cmd_docs_get, "show one document"),
-                                ("delete", commands.cmd_docs_delete, "delete a document and its chunks")):
+    for name, handler, text in (
+        ("get", commands.cmd_docs_get, "show one document"),
+        ("delete", commands.cmd_docs_delete, "delete a document and its chunks"),
+    ):
         p = docs_sub.add_parser(name, help=text, description=text.capitalize() + ".")
         p.add_argument("document_id", metavar="ID", help="document id")
         p.set_defaults(handler=handler)
@@ -120,18 +140,24 @@ def _add_resource_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_health_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("health", help="grpc.health.v1 check of --target (exit 0 when SERVING)",
-                       description="Checks the standard gRPC health of --target (default: --ingest).")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="poll until SERVING or this many seconds passed")
+    p = sub.add_parser(
+        "health",
+        help="grpc.health.v1 check of --target (exit 0 when SERVING)",
+        description="Checks the standard gRPC health of --target (default: --ingest).",
+    )
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="poll until SERVING or this many seconds passed"
+    )
     p.add_argument("--service", default="", help="service name to check (default: the whole server)")
     p.set_defaults(handler=commands.cmd_health)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ragrpc", description="Client of the ragrpc ingest and query services.",
-        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 unavailable")
+        prog="ragrpc",
+        description="Client of the ragrpc ingest and query services.",
+        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 unavailable",
+    )
     _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_ingest_command(sub)

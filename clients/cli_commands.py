@@ -56,8 +56,9 @@ class Output:
 
 
 def message_dict(message: Message) -> dict[str, Any]:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                     always_print_fields_with_no_presence=True)
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
 
 
 def _settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,6 +77,7 @@ def retrieve_client(args: argparse.Namespace) -> RetrieveClient:
 
 
 # ---- ingest -------------------------------------------------------------------------------
+
 
 def _is_hidden(name: str) -> bool:
     return name.startswith(".")
@@ -97,14 +99,33 @@ def collect_files(paths: list[str]) -> list[Path]:
     return found
 
 
-def _upload_one(client: IngestClient, path: Path, args: argparse.Namespace,
-                show_bars: bool) -> dict[str, Any]:
-    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name[:30], leave=False,
-              position=1, disable=not show_bars, file=sys.stderr) as bar:
-        document = client.upload(path, source_name=str(path), collection=args.collection, tags=args.tag,
-                                 password=args.password, chunking=args.chunking, on_progress=bar.update)
-    return {"file": str(path), "document_id": document.document_id,
-            "state": convert.state_label(document.state), "chunks": document.chunk_count, "error": None}
+def _upload_one(client: IngestClient, path: Path, args: argparse.Namespace, show_bars: bool) -> dict[str, Any]:
+    with tqdm(
+        total=path.stat().st_size,
+        unit="B",
+        unit_scale=True,
+        desc=path.name[:30],
+        leave=False,
+        position=1,
+        disable=not show_bars,
+        file=sys.stderr,
+    ) as bar:
+        document = client.upload(
+            path,
+            source_name=str(path),
+            collection=args.collection,
+            tags=args.tag,
+            password=args.password,
+            chunking=args.chunking,
+            on_progress=bar.update,
+        )
+    return {
+        "file": str(path),
+        "document_id": document.document_id,
+        "state": convert.state_label(document.state),
+        "chunks": document.chunk_count,
+        "error": None,
+    }
 
 
 def _failed_record(path: Path, err: RagrpcClientError) -> dict[str, Any]:
@@ -117,8 +138,12 @@ def cmd_ingest(args: argparse.Namespace, out: Output) -> int:
         raise UsageError("no files to ingest (hidden files are skipped)")
     show_bars = not out.as_json and sys.stderr.isatty()
     failed = 0
-    with ingest_client(args) as client, tqdm(total=len(files), unit="file", desc="files", position=0,
-                                             disable=not show_bars, file=sys.stderr) as overall:
+    with (
+        ingest_client(args) as client,
+        tqdm(
+            total=len(files), unit="file", desc="files", position=0, disable=not show_bars, file=sys.stderr
+        ) as overall,
+    ):
         for path in files:
             try:
                 record = _upload_one(client, path, args, show_bars)
@@ -137,14 +162,24 @@ def cmd_ingest(args: argparse.Namespace, out: Output) -> int:
 
 # ---- search / ask -------------------------------------------------------------------------
 
+
 def _date(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value) if value else None
 
 
 def retrieval_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"top_k": args.top_k, "mode": args.mode, "fusion": args.fusion, "mmr_lambda": args.mmr,
-            "collection": args.collection, "sources": args.source, "tags": args.tag,
-            "document_ids": args.document, "after": _date(args.after), "before": _date(args.before)}
+    return {
+        "top_k": args.top_k,
+        "mode": args.mode,
+        "fusion": args.fusion,
+        "mmr_lambda": args.mmr,
+        "collection": args.collection,
+        "sources": args.source,
+        "tags": args.tag,
+        "document_ids": args.document,
+        "after": _date(args.after),
+        "before": _date(args.before),
+    }
 
 
 def _location(chunk: Any) -> str:
@@ -169,8 +204,10 @@ def _label(chunk: Any) -> str:
 
 
 def format_hit(hit: Hit) -> str:
-    return (f"{hit.rank:>3}. {hit.score:.4f} {hit.score_kind:<8} {_label(hit.chunk)}{_location(hit.chunk)}"
-            f"  [{hit.document_id}]\n     {snippet(hit.text)}")
+    return (
+        f"{hit.rank:>3}. {hit.score:.4f} {hit.score_kind:<8} {_label(hit.chunk)}{_location(hit.chunk)}"
+        f"  [{hit.document_id}]\n     {snippet(hit.text)}"
+    )
 
 
 def cmd_search(args: argparse.Namespace, out: Output) -> int:
@@ -196,22 +233,26 @@ def format_final(final: Final, sources: list[Source], citations: list[Citation])
     lines = ["", "", "Sources:"]
     for source in sources:
         hit = source.hit
-        lines.append(f"  [{source.number}] {_label(hit.chunk)}{_location(hit.chunk)}  "
-                     f"[{hit.document_id}] {hit.score:.4f} {hit.score_kind}")
+        lines.append(
+            f"  [{source.number}] {_label(hit.chunk)}{_location(hit.chunk)}  "
+            f"[{hit.document_id}] {hit.score:.4f} {hit.score_kind}"
+        )
     if citations:
         lines.append("Citations:")
-        lines += [f"  [{c.source_number}] answer[{c.answer_start}:{c.answer_end}] {c.title} ({c.chunk_id})"
-                  for c in citations]
+        lines += [
+            f"  [{c.source_number}] answer[{c.answer_start}:{c.answer_end}] {c.title} ({c.chunk_id})" for c in citations
+        ]
     timings = ", ".join(f"{stage} {millis:.1f} ms" for stage, millis in final.timings.items())
-    lines.append(f"model {final.model}, finish {final.finish_reason}, tokens {final.prompt_tokens}+"
-                 f"{final.completion_tokens}" + (f"; {timings}" if timings else ""))
+    lines.append(
+        f"model {final.model}, finish {final.finish_reason}, tokens {final.prompt_tokens}+"
+        f"{final.completion_tokens}" + (f"; {timings}" if timings else "")
+    )
     return "\n".join(lines)
 
 
 def cmd_ask(args: argparse.Namespace, out: Output) -> int:
     options = retrieval_options(args)
-    options.update(template=args.template, max_answer_tokens=args.max_answer_tokens,
-                   temperature=args.temperature)
+    options.update(template=args.template, max_answer_tokens=args.max_answer_tokens, temperature=args.temperature)
     with retrieve_client(args) as client, client.ask(args.query, **options) as stream:
         for event in stream:
             if out.as_json:
@@ -225,6 +266,7 @@ def cmd_ask(args: argparse.Namespace, out: Output) -> int:
 
 # ---- documents, jobs, health --------------------------------------------------------------
 
+
 def format_document(doc: ingest_pb2.Document) -> str:
     label = doc.title or doc.source
     return f"{doc.document_id}\t{convert.state_label(doc.state)}\t{doc.chunk_count} chunks\t{label}"
@@ -236,8 +278,9 @@ def _format_fields(record: dict[str, Any]) -> str:
 
 def cmd_docs_list(args: argparse.Namespace, out: Output) -> int:
     with ingest_client(args) as client:
-        documents = client.list_documents(page_size=args.page_size, state=args.state,
-                                          source=args.source or "", collection=args.collection or "")
+        documents = client.list_documents(
+            page_size=args.page_size, state=args.state, source=args.source or "", collection=args.collection or ""
+        )
         for count, document in enumerate(documents, start=1):
             out.emit(message_dict(document), format_document(document))
             if args.limit and count >= args.limit:
@@ -255,8 +298,9 @@ def cmd_docs_get(args: argparse.Namespace, out: Output) -> int:
 def cmd_docs_delete(args: argparse.Namespace, out: Output) -> int:
     with ingest_client(args) as client:
         deleted = client.delete_document(args.document_id)
-    out.emit({"document_id": args.document_id, "chunks_deleted": deleted},
-             f"deleted {args.document_id} ({deleted} chunks)")
+    out.emit(
+        {"document_id": args.document_id, "chunks_deleted": deleted}, f"deleted {args.document_id} ({deleted} chunks)"
+    )
     return EXIT_OK
 
 
@@ -265,12 +309,15 @@ def _job_lines(job: ingest_pb2.IngestJob) -> Iterator[str]:
     for progress in job.documents:
         event = convert.progress_from_pb(job.job_id, progress)
         error = f"\t{event.error_code}: {event.error_message}" if event.error_message else ""
-        yield (f"  [{event.index}] {event.document_id}\t{event.stage}\t{event.state}\t"
-               f"{event.chunk_count} chunks{error}")
+        yield (
+            f"  [{event.index}] {event.document_id}\t{event.stage}\t{event.state}\t{event.chunk_count} chunks{error}"
+        )
     if job.HasField("summary"):
         s = job.summary
-        yield (f"succeeded {s.succeeded}, failed {s.failed}, unchanged {s.unchanged}, "
-               f"chunks written {s.chunks_written}, {s.elapsed_seconds:.2f} s")
+        yield (
+            f"succeeded {s.succeeded}, failed {s.failed}, unchanged {s.unchanged}, "
+            f"chunks written {s.chunks_written}, {s.elapsed_seconds:.2f} s"
+        )
 
 
 def cmd_job_get(args: argparse.Namespace, out: Output) -> int:
@@ -283,10 +330,20 @@ def cmd_job_get(args: argparse.Namespace, out: Output) -> int:
 def cmd_health(args: argparse.Namespace, out: Output) -> int:
     target = args.target or args.ingest_target
     settings = ChannelSettings(target=target, api_key=args.api_key or None)
-    status, error = wait_until_serving(settings, max(args.wait, 0.0) or (args.timeout or 5.0),
-                                       service=args.service, poll_s=0.25 if args.wait else 3600.0)
+    status, error = wait_until_serving(
+        settings,
+        max(args.wait, 0.0) or (args.timeout or 5.0),
+        service=args.service,
+        poll_s=0.25 if args.wait else 3600.0,
+    )
     detail = f" ({error})" if error is not None and status != "SERVING" else ""
-    out.emit({"target": target, "service": args.service, "status": status,
-              "error": error.to_dict() if isinstance(error, RagrpcClientError) else None},
-             f"{target} {args.service or '(server)'}: {status}{detail}")
+    out.emit(
+        {
+            "target": target,
+            "service": args.service,
+            "status": status,
+            "error": error.to_dict() if isinstance(error, RagrpcClientError) else None,
+        },
+        f"{target} {args.service or '(server)'}: {status}{detail}",
+    )
     return EXIT_OK if status == "SERVING" else EXIT_ERROR

@@ -16,11 +16,28 @@ from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from clients import events
 from ragrpc.v1 import common_pb2, ingest_pb2, retrieve_pb2
 
-RETRIEVAL_OPTION_NAMES = frozenset({
-    "top_k", "mode", "fusion", "candidates", "rrf_k", "dense_weight", "sparse_weight", "rerank", "mmr_lambda",
-    "min_score", "include_parent", "collection", "document_ids", "sources", "media_types", "tags", "after",
-    "before",
-})
+RETRIEVAL_OPTION_NAMES = frozenset(
+    {
+        "top_k",
+        "mode",
+        "fusion",
+        "candidates",
+        "rrf_k",
+        "dense_weight",
+        "sparse_weight",
+        "rerank",
+        "mmr_lambda",
+        "min_score",
+        "include_parent",
+        "collection",
+        "document_ids",
+        "sources",
+        "media_types",
+        "tags",
+        "after",
+        "before",
+    }
+)
 ASK_OPTION_NAMES = frozenset({"template", "history", "max_answer_tokens", "token_budget", "temperature"})
 _OPTIONAL_FLOATS = ("dense_weight", "sparse_weight", "mmr_lambda", "min_score")
 _FILTER_LISTS = ("document_ids", "sources", "media_types", "tags")
@@ -36,7 +53,7 @@ def enum_label(enum: EnumTypeWrapper, value: int, prefix: str) -> str:
 
 
 def enum_value(enum: EnumTypeWrapper, label: str, prefix: str, what: str) -> Any:
-    """"rrf" -> FUSION_METHOD_RRF; ValueError naming the choices otherwise."""
+    """ "rrf" -> FUSION_METHOD_RRF; ValueError naming the choices otherwise."""
     name = prefix + label.strip().upper().replace("-", "_")
     if name not in enum.keys():
         choices = [n.removeprefix(prefix).lower() for n in enum.keys() if not n.endswith("UNSPECIFIED")]
@@ -71,9 +88,13 @@ def retrieval_options(**options: Any) -> retrieve_pb2.RetrievalOptions:
     if unknown:
         raise TypeError(f"unknown retrieval options: {', '.join(sorted(unknown))}")
     pb = retrieve_pb2.RetrievalOptions(
-        top_k=options.get("top_k") or 0, candidates=options.get("candidates") or 0,
-        rrf_k=options.get("rrf_k") or 0, include_parent=bool(options.get("include_parent")),
-        collection=options.get("collection") or "", filter=_metadata_filter(options))
+        top_k=options.get("top_k") or 0,
+        candidates=options.get("candidates") or 0,
+        rrf_k=options.get("rrf_k") or 0,
+        include_parent=bool(options.get("include_parent")),
+        collection=options.get("collection") or "",
+        filter=_metadata_filter(options),
+    )
     if options.get("mode"):
         pb.mode = enum_value(retrieve_pb2.RetrievalMode, options["mode"], "RETRIEVAL_MODE_", "mode")
     if options.get("fusion"):
@@ -103,9 +124,13 @@ def ask_request(query: str, **options: Any) -> retrieve_pb2.AskRequest:
     {"role", "content"} dicts), max_answer_tokens, token_budget and temperature."""
     ask = {k: options.pop(k) for k in list(options) if k in ASK_OPTION_NAMES}
     request = retrieve_pb2.AskRequest(
-        query=query, options=retrieval_options(**options), template=ask.get("template") or "",
+        query=query,
+        options=retrieval_options(**options),
+        template=ask.get("template") or "",
         history=[_history_turn(t) for t in ask.get("history") or ()],
-        max_answer_tokens=ask.get("max_answer_tokens") or 0, token_budget=ask.get("token_budget") or 0)
+        max_answer_tokens=ask.get("max_answer_tokens") or 0,
+        token_budget=ask.get("token_budget") or 0,
+    )
     if ask.get("temperature") is not None:
         request.temperature = float(ask["temperature"])
     return request
@@ -118,10 +143,10 @@ def chunking_options(chunking: ChunkingLike) -> ingest_pb2.ChunkingOptions | Non
     values = {"strategy": chunking} if isinstance(chunking, str) else dict(chunking)
     strategy = values.get("strategy") or "auto"
     return ingest_pb2.ChunkingOptions(
-        strategy=enum_value(ingest_pb2.ChunkingStrategy, str(strategy), "CHUNKING_STRATEGY_",
-                            "chunking strategy"),
+        strategy=enum_value(ingest_pb2.ChunkingStrategy, str(strategy), "CHUNKING_STRATEGY_", "chunking strategy"),
         chunk_size_tokens=int(values.get("chunk_size_tokens") or 0),
-        chunk_overlap_tokens=int(values.get("chunk_overlap_tokens") or 0))
+        chunk_overlap_tokens=int(values.get("chunk_overlap_tokens") or 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -141,31 +166,57 @@ class NewDocument:
     chunking: ChunkingLike = None
 
     def spec(self) -> ingest_pb2.DocumentSpec:
-        return document_spec(file_name=self.file_name, media_type=self.media_type, collection=self.collection,
-                             document_id=self.document_id, source=self.source, title=self.title,
-                             tags=self.tags, metadata=self.metadata, password=self.password,
-                             chunking=self.chunking)
+        return document_spec(
+            file_name=self.file_name,
+            media_type=self.media_type,
+            collection=self.collection,
+            document_id=self.document_id,
+            source=self.source,
+            title=self.title,
+            tags=self.tags,
+            metadata=self.metadata,
+            password=self.password,
+            chunking=self.chunking,
+        )
 
     def to_pb(self) -> ingest_pb2.InlineDocument:
         content = self.content.encode("utf-8") if isinstance(self.content, str) else bytes(self.content)
         return ingest_pb2.InlineDocument(spec=self.spec(), content=content)
 
 
-def document_spec(*, file_name: str = "", media_type: str = "", collection: str = "", document_id: str = "",
-                  source: str = "", title: str = "", tags: Iterable[str] = (),
-                  metadata: Mapping[str, str] | None = None, password: str = "",
-                  chunking: ChunkingLike = None) -> ingest_pb2.DocumentSpec:
+def document_spec(
+    *,
+    file_name: str = "",
+    media_type: str = "",
+    collection: str = "",
+    document_id: str = "",
+    source: str = "",
+    title: str = "",
+    tags: Iterable[str] = (),
+    metadata: Mapping[str, str] | None = None,
+    password: str = "",
+    chunking: ChunkingLike = None,
+) -> ingest_pb2.DocumentSpec:
     spec = ingest_pb2.DocumentSpec(
-        document_id=document_id, file_name=file_name, media_type=media_type, collection=collection,
-        source=source, title=title, tags=list(tags), metadata=dict(metadata or {}), password=password)
+        document_id=document_id,
+        file_name=file_name,
+        media_type=media_type,
+        collection=collection,
+        source=source,
+        title=title,
+        tags=list(tags),
+        metadata=dict(metadata or {}),
+        password=password,
+    )
     options = chunking_options(chunking)
     if options is not None:
         spec.chunking.CopyFrom(options)
     return spec
 
 
-def inline_document(document: NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any],
-                    ) -> ingest_pb2.InlineDocument:
+def inline_document(
+    document: NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any],
+) -> ingest_pb2.InlineDocument:
     """Accepts a NewDocument, the proto, or a dict of NewDocument fields."""
     if isinstance(document, ingest_pb2.InlineDocument):
         return document
@@ -174,9 +225,12 @@ def inline_document(document: NewDocument | ingest_pb2.InlineDocument | Mapping[
     return document.to_pb()
 
 
-def upload_requests(spec: ingest_pb2.DocumentSpec, reader: BinaryIO, chunk_bytes: int,
-                    on_bytes: Callable[[int], None] | None = None,
-                    ) -> Iterator[ingest_pb2.UploadDocumentRequest]:
+def upload_requests(
+    spec: ingest_pb2.DocumentSpec,
+    reader: BinaryIO,
+    chunk_bytes: int,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[ingest_pb2.UploadDocumentRequest]:
     """The UploadDocument stream: the header, then pieces of at most `chunk_bytes`."""
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
@@ -193,9 +247,13 @@ def _stage_scores(scores: common_pb2.StageScores) -> dict[str, float]:
 
 
 def hit_from_pb(scored: common_pb2.ScoredChunk) -> events.Hit:
-    return events.Hit(rank=scored.rank, score=scored.score,
-                      score_kind=enum_label(common_pb2.ScoreKind, scored.score_kind, "SCORE_KIND_"),
-                      chunk=scored.chunk, stage_scores=_stage_scores(scored.stage_scores))
+    return events.Hit(
+        rank=scored.rank,
+        score=scored.score,
+        score_kind=enum_label(common_pb2.ScoreKind, scored.score_kind, "SCORE_KIND_"),
+        chunk=scored.chunk,
+        stage_scores=_stage_scores(scored.stage_scores),
+    )
 
 
 def timings_from_pb(timings: Iterable[common_pb2.StageTiming]) -> dict[str, float]:
@@ -204,10 +262,14 @@ def timings_from_pb(timings: Iterable[common_pb2.StageTiming]) -> dict[str, floa
 
 def summary_from_pb(summary: retrieve_pb2.RetrievalSummary) -> events.RetrievalSummary:
     return events.RetrievalSummary(
-        timings=timings_from_pb(summary.timings), returned=summary.returned,
-        dense_candidates=summary.dense_candidates, sparse_candidates=summary.sparse_candidates,
-        reranked=summary.reranked, rerank_skipped_reason=summary.rerank_skipped_reason,
-        sparse_backend=summary.sparse_backend)
+        timings=timings_from_pb(summary.timings),
+        returned=summary.returned,
+        dense_candidates=summary.dense_candidates,
+        sparse_candidates=summary.sparse_candidates,
+        reranked=summary.reranked,
+        rerank_skipped_reason=summary.rerank_skipped_reason,
+        sparse_backend=summary.sparse_backend,
+    )
 
 
 def retrieve_item(message: retrieve_pb2.RetrieveResponse) -> events.Hit | events.RetrievalSummary:
@@ -219,9 +281,13 @@ def retrieve_item(message: retrieve_pb2.RetrieveResponse) -> events.Hit | events
 def _final_from_pb(final: retrieve_pb2.AskFinal) -> events.Final:
     return events.Final(
         finish_reason=enum_label(retrieve_pb2.FinishReason, final.finish_reason, "FINISH_REASON_"),
-        model=final.model, answer=final.answer, prompt_tokens=final.usage.prompt_tokens,
-        completion_tokens=final.usage.completion_tokens, timings=timings_from_pb(final.timings),
-        retrieval=summary_from_pb(final.retrieval))
+        model=final.model,
+        answer=final.answer,
+        prompt_tokens=final.usage.prompt_tokens,
+        completion_tokens=final.usage.completion_tokens,
+        timings=timings_from_pb(final.timings),
+        retrieval=summary_from_pb(final.retrieval),
+    )
 
 
 def ask_event(message: retrieve_pb2.AskResponse) -> events.AskEvent:
@@ -234,8 +300,14 @@ def ask_event(message: retrieve_pb2.AskResponse) -> events.AskEvent:
         return events.Retraction(model=message.retraction.model, reason=message.retraction.reason)
     if which == "citation":
         c = message.citation
-        return events.Citation(source_number=c.source_number, document_id=c.document_id, chunk_id=c.chunk_id,
-                               title=c.title, answer_start=c.answer_start, answer_end=c.answer_end)
+        return events.Citation(
+            source_number=c.source_number,
+            document_id=c.document_id,
+            chunk_id=c.chunk_id,
+            title=c.title,
+            answer_start=c.answer_start,
+            answer_end=c.answer_end,
+        )
     if which == "final":
         return _final_from_pb(message.final)
     raise ValueError(f"unexpected Ask event {which!r}")
@@ -243,24 +315,36 @@ def ask_event(message: retrieve_pb2.AskResponse) -> events.AskEvent:
 
 def progress_from_pb(job_id: str, progress: ingest_pb2.DocumentProgress) -> events.Progress:
     return events.Progress(
-        job_id=job_id, index=progress.index, document_id=progress.document_id,
+        job_id=job_id,
+        index=progress.index,
+        document_id=progress.document_id,
         stage=enum_label(ingest_pb2.IngestStage, progress.stage, "INGEST_STAGE_"),
         state=enum_label(ingest_pb2.DocumentState, progress.state, "DOCUMENT_STATE_"),
-        chunk_count=progress.chunk_count, chunks_embedded=progress.chunks_embedded,
-        error_message=progress.error_message, error_code=progress.error_code, unchanged=progress.unchanged)
+        chunk_count=progress.chunk_count,
+        chunks_embedded=progress.chunks_embedded,
+        error_message=progress.error_message,
+        error_code=progress.error_code,
+        unchanged=progress.unchanged,
+    )
 
 
 def ingest_event(message: ingest_pb2.IngestDocumentsResponse) -> events.IngestEvent:
     if message.HasField("summary"):
         s = message.summary
-        return events.BatchSummary(job_id=message.job_id, succeeded=s.succeeded, failed=s.failed,
-                                   unchanged=s.unchanged, chunks_written=s.chunks_written,
-                                   elapsed_seconds=s.elapsed_seconds)
+        return events.BatchSummary(
+            job_id=message.job_id,
+            succeeded=s.succeeded,
+            failed=s.failed,
+            unchanged=s.unchanged,
+            chunks_written=s.chunks_written,
+            elapsed_seconds=s.elapsed_seconds,
+        )
     return progress_from_pb(message.job_id, message.progress)
 
 
-def update_request(document_id: str, *, title: str | None, tags: Iterable[str] | None,
-                   metadata: Mapping[str, str] | None) -> ingest_pb2.UpdateDocumentRequest:
+def update_request(
+    document_id: str, *, title: str | None, tags: Iterable[str] | None, metadata: Mapping[str, str] | None
+) -> ingest_pb2.UpdateDocumentRequest:
     """UpdateDocumentRequest whose mask names exactly the fields given (not None)."""
     request = ingest_pb2.UpdateDocumentRequest(document=ingest_pb2.Document(document_id=document_id))
     if title is not None:
@@ -275,10 +359,12 @@ def update_request(document_id: str, *, title: str | None, tags: Iterable[str] |
     return request
 
 
-def list_request(*, page_size: int = 0, page_token: str = "", state: str | None = None, source: str = "",
-                 collection: str = "") -> ingest_pb2.ListDocumentsRequest:
-    request = ingest_pb2.ListDocumentsRequest(page_size=page_size, page_token=page_token, source=source,
-                                              collection=collection)
+def list_request(
+    *, page_size: int = 0, page_token: str = "", state: str | None = None, source: str = "", collection: str = ""
+) -> ingest_pb2.ListDocumentsRequest:
+    request = ingest_pb2.ListDocumentsRequest(
+        page_size=page_size, page_token=page_token, source=source, collection=collection
+    )
     if state:
         request.state = enum_value(ingest_pb2.DocumentState, state, "DOCUMENT_STATE_", "document state")
     return request

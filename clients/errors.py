@@ -64,10 +64,12 @@ class RagrpcClientError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "code": self.code.name, "message": self.message, "reason": self.reason, "domain": self.domain,
+            "code": self.code.name,
+            "message": self.message,
+            "reason": self.reason,
+            "domain": self.domain,
             "metadata": self.metadata,
-            "field_violations": [{"field": v.field, "description": v.description}
-                                 for v in self.field_violations],
+            "field_violations": [{"field": v.field, "description": v.description} for v in self.field_violations],
             "retry_delay": self.retry_delay,
         }
 
@@ -114,8 +116,7 @@ class Cancelled(RagrpcClientError):
 
 def cancelled_by_client() -> Cancelled:
     """The error a stream raises when read after this client cancelled it."""
-    return Cancelled(grpc.StatusCode.CANCELLED, "the call was cancelled by the client",
-                     reason="CLIENT_CANCELLED")
+    return Cancelled(grpc.StatusCode.CANCELLED, "the call was cancelled by the client", reason="CLIENT_CANCELLED")
 
 
 def _error_class_for(code: grpc.StatusCode) -> type[RagrpcClientError]:
@@ -160,8 +161,7 @@ def _decode_details(status: status_pb2.Status | None) -> dict[str, Any]:
         if detail.Is(info.DESCRIPTOR) and detail.Unpack(info):
             found.update(reason=info.reason, domain=info.domain, metadata=dict(info.metadata))
         elif detail.Is(bad_request.DESCRIPTOR) and detail.Unpack(bad_request):
-            found["field_violations"] += [FieldViolation(v.field, v.description)
-                                          for v in bad_request.field_violations]
+            found["field_violations"] += [FieldViolation(v.field, v.description) for v in bad_request.field_violations]
         elif detail.Is(retry.DESCRIPTOR) and detail.Unpack(retry):
             found["retry_delay"] = retry.retry_delay.ToMilliseconds() / 1000.0
     return found

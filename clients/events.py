@@ -61,10 +61,16 @@ class Hit:
         return self.chunk.text
 
     def to_dict(self) -> dict[str, Any]:
-        chunk = json_format.MessageToDict(self.chunk, preserving_proto_field_name=True,
-                                          always_print_fields_with_no_presence=True)
-        return {"rank": self.rank, "score": self.score, "score_kind": self.score_kind,
-                "stage_scores": dict(self.stage_scores), "chunk": chunk}
+        chunk = json_format.MessageToDict(
+            self.chunk, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+        return {
+            "rank": self.rank,
+            "score": self.score,
+            "score_kind": self.score_kind,
+            "stage_scores": dict(self.stage_scores),
+            "chunk": chunk,
+        }
 
 
 @dataclass(frozen=True)
@@ -132,9 +138,15 @@ class Final:
     retrieval: RetrievalSummary = field(default_factory=RetrievalSummary)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"finish_reason": self.finish_reason, "model": self.model, "answer": self.answer,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "timings": dict(self.timings), "retrieval": self.retrieval.to_dict()}
+        return {
+            "finish_reason": self.finish_reason,
+            "model": self.model,
+            "answer": self.answer,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "timings": dict(self.timings),
+            "retrieval": self.retrieval.to_dict(),
+        }
 
 
 AskEvent = Source | Token | Retraction | Citation | Final

@@ -105,20 +105,21 @@ class IngestStream(IngestResults, SyncStream[IngestEvent]):
         SyncStream.__init__(self, call, convert.ingest_event)
 
 
-def health_status(channel: grpc.Channel, service: str, timeout: float,
-                  metadata: tuple[tuple[str, str], ...] = ()) -> str:
+def health_status(
+    channel: grpc.Channel, service: str, timeout: float, metadata: tuple[tuple[str, str], ...] = ()
+) -> str:
     """The grpc.health.v1 status name of `service` ("SERVING", "NOT_SERVING", ...)."""
     stub = health_pb2_grpc.HealthStub(channel)
     try:
-        response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout,
-                              metadata=metadata)
+        response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=metadata)
     except grpc.RpcError as err:
         raise from_rpc_error(err) from err
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
 
 
-def wait_until_serving(settings: ChannelSettings, wait_s: float, *, service: str = "",
-                       poll_s: float = 0.25) -> tuple[str, Exception | None]:
+def wait_until_serving(
+    settings: ChannelSettings, wait_s: float, *, service: str = "", poll_s: float = 0.25
+) -> tuple[str, Exception | None]:
     """Polls the health of `service` until SERVING or `wait_s` passed; returns the last status
     ("UNREACHABLE" when no answer came) and the last error."""
     deadline = time.monotonic() + wait_s
@@ -140,20 +141,43 @@ def wait_until_serving(settings: ChannelSettings, wait_s: float, *, service: str
 class _SyncClient:
     service_name: ClassVar[str] = ""
 
-    def __init__(self, target: str, *, api_key: str | None = None, timeout: float = 30.0,
-                 stream_timeout: float = 300.0, secure: bool = False, root_certificates: bytes | None = None,
-                 max_message_bytes: int = 16 * 1024 * 1024) -> None:
-        self.settings = ChannelSettings(target=target, api_key=api_key, secure=secure,
-                                        root_certificates=root_certificates, timeout=timeout,
-                                        stream_timeout=stream_timeout, max_message_bytes=max_message_bytes)
+    def __init__(
+        self,
+        target: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        stream_timeout: float = 300.0,
+        secure: bool = False,
+        root_certificates: bytes | None = None,
+        max_message_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.settings = ChannelSettings(
+            target=target,
+            api_key=api_key,
+            secure=secure,
+            root_certificates=root_certificates,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+            max_message_bytes=max_message_bytes,
+        )
         self._channel = create_channel(self.settings)
 
     def _call_args(self, timeout: float | None, request_id: str | None, *, stream: bool) -> dict[str, Any]:
-        return {"timeout": self.settings.deadline(timeout, stream=stream),
-                "metadata": self.settings.call_metadata(request_id)}
+        return {
+            "timeout": self.settings.deadline(timeout, stream=stream),
+            "metadata": self.settings.call_metadata(request_id),
+        }
 
-    def _unary(self, method: Callable[..., Any], request: Any, timeout: float | None = None,
-               request_id: str | None = None, *, stream: bool = False) -> Any:
+    def _unary(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        *,
+        stream: bool = False,
+    ) -> Any:
         try:
             return method(request, **self._call_args(timeout, request_id, stream=stream))
         except grpc.RpcError as err:
@@ -162,8 +186,9 @@ class _SyncClient:
     def health(self, service: str | None = None, *, timeout: float | None = None) -> str:
         """The health status name of this client's service (or `service`; "" for the server)."""
         name = self.service_name if service is None else service
-        return health_status(self._channel, name, self.settings.deadline(timeout, stream=False),
-                             self.settings.call_metadata())
+        return health_status(
+            self._channel, name, self.settings.deadline(timeout, stream=False), self.settings.call_metadata()
+        )
 
     def close(self) -> None:
         self._channel.close()
@@ -184,25 +209,51 @@ class IngestClient(_SyncClient):
         super().__init__(target, **kwargs)
         self._stub = ingest_pb2_grpc.IngestServiceStub(self._channel)
 
-    def upload(self, source: UploadSource, *, file_name: str = "", media_type: str = "", collection: str = "",
-               document_id: str = "", source_name: str = "", title: str = "", tags: Iterable[str] = (),
-               metadata: Mapping[str, str] | None = None, password: str = "",
-               chunking: convert.ChunkingLike = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-               on_progress: Callable[[int], None] | None = None, timeout: float | None = None,
-               request_id: str | None = None) -> ingest_pb2.Document:
+    def upload(
+        self,
+        source: UploadSource,
+        *,
+        file_name: str = "",
+        media_type: str = "",
+        collection: str = "",
+        document_id: str = "",
+        source_name: str = "",
+        title: str = "",
+        tags: Iterable[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        password: str = "",
+        chunking: convert.ChunkingLike = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        on_progress: Callable[[int], None] | None = None,
+        timeout: float | None = None,
+        request_id: str | None = None,
+    ) -> ingest_pb2.Document:
         """Uploads a file (path) or bytes as a client stream; returns the ACTIVE document.
         `file_name` defaults to the path's name; `on_progress(n)` is called per piece sent."""
         spec = convert.document_spec(
-            file_name=file_name or convert.default_file_name(source), media_type=media_type,
-            collection=collection, document_id=document_id, source=source_name, title=title, tags=tags,
-            metadata=metadata, password=password, chunking=chunking)
+            file_name=file_name or convert.default_file_name(source),
+            media_type=media_type,
+            collection=collection,
+            document_id=document_id,
+            source=source_name,
+            title=title,
+            tags=tags,
+            metadata=metadata,
+            password=password,
+            chunking=chunking,
+        )
         with convert.open_upload_source(source) as reader:
             requests = convert.upload_requests(spec, reader, chunk_bytes, on_progress)
             response = self._unary(self._stub.UploadDocument, requests, timeout, request_id, stream=True)
         return response.document  # type: ignore[no-any-return]
 
-    def ingest(self, documents: Iterable[convert.NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any]],
-               *, timeout: float | None = None, request_id: str | None = None) -> IngestStream:
+    def ingest(
+        self,
+        documents: Iterable[convert.NewDocument | ingest_pb2.InlineDocument | Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
+        request_id: str | None = None,
+    ) -> IngestStream:
         """Ingests inline documents; yields progress events, then the batch summary."""
         request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
         call = self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True))
@@ -212,29 +263,56 @@ class IngestClient(_SyncClient):
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
         return (self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
-    def list_documents_page(self, *, page_size: int = 0, page_token: str = "", state: str | None = None,
-                            source: str = "", collection: str = "",
-                            timeout: float | None = None) -> ingest_pb2.ListDocumentsResponse:
+    def list_documents_page(
+        self,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        state: str | None = None,
+        source: str = "",
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> ingest_pb2.ListDocumentsResponse:
         """One page of documents (ordered by id) and the next page's token."""
-        request = convert.list_request(page_size=page_size, page_token=page_token, state=state, source=source,
-                                       collection=collection)
+        request = convert.list_request(
+            page_size=page_size, page_token=page_token, state=state, source=source, collection=collection
+        )
         return self._unary(self._stub.ListDocuments, request, timeout)  # type: ignore[no-any-return]
 
-    def list_documents(self, *, page_size: int = 50, state: str | None = None, source: str = "",
-                       collection: str = "", timeout: float | None = None) -> Iterator[ingest_pb2.Document]:
+    def list_documents(
+        self,
+        *,
+        page_size: int = 50,
+        state: str | None = None,
+        source: str = "",
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> Iterator[ingest_pb2.Document]:
         """Every matching document, fetching pages as the iteration goes."""
         token = ""
         while True:
-            page = self.list_documents_page(page_size=page_size, page_token=token, state=state, source=source,
-                                            collection=collection, timeout=timeout)
+            page = self.list_documents_page(
+                page_size=page_size,
+                page_token=token,
+                state=state,
+                source=source,
+                collection=collection,
+                timeout=timeout,
+            )
             yield from page.documents
             token = page.next_page_token
             if not token:
                 return
 
-    def update_document(self, document_id: str, *, title: str | None = None,
-                        tags: Iterable[str] | None = None, metadata: Mapping[str, str] | None = None,
-                        timeout: float | None = None) -> ingest_pb2.Document:
+    def update_document(
+        self,
+        document_id: str,
+        *,
+        title: str | None = None,
+        tags: Iterable[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ingest_pb2.Document:
         """Changes the given (not None) fields only."""
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
         return (self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
@@ -258,8 +336,9 @@ class RetrieveClient(_SyncClient):
         super().__init__(target, **kwargs)
         self._stub = retrieve_pb2_grpc.RetrieveServiceStub(self._channel)
 
-    def retrieve(self, query: str, *, timeout: float | None = None, request_id: str | None = None,
-                 **options: Any) -> RetrieveStream:
+    def retrieve(
+        self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
+    ) -> RetrieveStream:
         """Ranked hits, best first. Options: see clients.convert.RETRIEVAL_OPTION_NAMES."""
         request = convert.retrieve_request(query, **options)
         call = self._stub.Retrieve(request, **self._call_args(timeout, request_id, stream=True))
@@ -270,8 +349,9 @@ class RetrieveClient(_SyncClient):
         stream = self.retrieve(query, **options).drain()
         return stream.hits, stream.summary
 
-    def ask(self, query: str, *, timeout: float | None = None, request_id: str | None = None,
-            **options: Any) -> AskStream:
+    def ask(
+        self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
+    ) -> AskStream:
         """The answer stream. Options: retrieval options plus template, history,
         max_answer_tokens, token_budget, temperature."""
         request = convert.ask_request(query, **options)

@@ -25,15 +25,22 @@ async def main() -> None:
         logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
     embedder = embedder_from_settings(settings)
     await asyncio.to_thread(embedder.warm_up)
-    stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
-                                     dimension=embedder.dimension, writer=True)
+    stores = await asyncio.to_thread(
+        open_milvus_stores, settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True
+    )
     components = build_components(settings, embedder, stores.chunks, stores.registry, metrics)
     await run_recovery(components)
     running = await start_ingest_server(settings, components, metrics=metrics)
-    logger.info("ingest service ready on %s:%d (store %s, model %s)", settings.host, running.port,
-                settings.milvus_uri, embedder.model_id)
-    await serve_until_signalled(running, settings.shutdown_grace_s,
-                                on_stop=lambda: components.jobs.drain(settings.shutdown_grace_s))
+    logger.info(
+        "ingest service ready on %s:%d (store %s, model %s)",
+        settings.host,
+        running.port,
+        settings.milvus_uri,
+        embedder.model_id,
+    )
+    await serve_until_signalled(
+        running, settings.shutdown_grace_s, on_stop=lambda: components.jobs.drain(settings.shutdown_grace_s)
+    )
     components.executor.shutdown(wait=False, cancel_futures=True)
 
 

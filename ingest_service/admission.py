@@ -23,8 +23,10 @@ class AdmissionGate:
             if self._pending + count > self._limit:
                 raise errors.LimitExceededError(
                     f"the ingest service is busy: {self._pending} documents in progress, limit {self._limit} "
-                    "(RAGRPC_MAX_PENDING_DOCUMENTS); retry later", reason="INGEST_QUEUE_FULL",
-                    metadata={"pending": str(self._pending), "limit": str(self._limit)})
+                    "(RAGRPC_MAX_PENDING_DOCUMENTS); retry later",
+                    reason="INGEST_QUEUE_FULL",
+                    metadata={"pending": str(self._pending), "limit": str(self._limit)},
+                )
             self._pending += count
 
     def release(self, count: int = 1) -> None:

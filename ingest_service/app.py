@@ -20,10 +20,10 @@ from ingest_service.jobs import IngestJobRunner
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
 from ragrpc.config import Settings
-from ragrpc.metrics import Metrics, MetricsInterceptor
-from ragrpc.observers import IngestMetricsObserver
 from ragrpc.embeddings import Embedder
+from ragrpc.metrics import Metrics, MetricsInterceptor
 from ragrpc.models import ExtractedDocument
+from ragrpc.observers import IngestMetricsObserver
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
@@ -47,18 +47,33 @@ class IngestComponents:
     gate: AdmissionGate
 
 
-def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
-                     registry: DocumentRegistry, metrics: Metrics | None = None) -> IngestComponents:
+def build_components(
+    settings: Settings,
+    embedder: Embedder,
+    chunks: ChunkStore,
+    registry: DocumentRegistry,
+    metrics: Metrics | None = None,
+) -> IngestComponents:
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
-    planner = ChunkPlannerImpl(embedder.token_counter(), embedder.max_tokens,
-                               default_size=settings.chunk_size_tokens,
-                               default_overlap=settings.chunk_overlap_tokens, embed=embedder.embed_documents)
+    planner = ChunkPlannerImpl(
+        embedder.token_counter(),
+        embedder.max_tokens,
+        default_size=settings.chunk_size_tokens,
+        default_overlap=settings.chunk_overlap_tokens,
+        embed=embedder.embed_documents,
+    )
     batcher = EmbeddingBatcher(embedder.embed_documents, batch_size=settings.embedding_batch_size)
     pipeline = IngestPipeline(
-        extractor=build_default_registry(ExtractionLimits()), planner=planner, embedder=embedder,
-        batcher=batcher, chunks=chunks,
-        registry=registry, executor=executor, embed_batch_size=settings.embedding_batch_size,
-        document_timeout_s=settings.document_timeout_s, clean=clean_document,
+        extractor=build_default_registry(ExtractionLimits()),
+        planner=planner,
+        embedder=embedder,
+        batcher=batcher,
+        chunks=chunks,
+        registry=registry,
+        executor=executor,
+        embed_batch_size=settings.embedding_batch_size,
+        document_timeout_s=settings.document_timeout_s,
+        clean=clean_document,
         observer=IngestMetricsObserver(metrics) if metrics else None,
     )
     documents = DocumentService(registry, chunks)
@@ -69,17 +84,28 @@ def build_components(settings: Settings, embedder: Embedder, chunks: ChunkStore,
     return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate)
 
 
-async def start_ingest_server(settings: Settings, components: IngestComponents,
-                              address: str | None = None, metrics: Metrics | None = None) -> RunningServer:
-    servicer = IngestServicer(pipeline=components.pipeline, documents=components.documents, jobs=components.jobs,
-                              gate=components.gate, executor=components.executor, max_upload_bytes=settings.max_upload_bytes,
-                              max_batch_documents=settings.max_batch_documents)
-    registration = ServiceRegistration(SERVICE_NAME,
-                                       lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer,
-                                                                                                         server))
-    return await host_service(settings, registration, address=address or f"{settings.host}:{settings.ingest_port}",
-                              call_timeout_s=settings.ingest_call_timeout_s,
-                              extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [])
+async def start_ingest_server(
+    settings: Settings, components: IngestComponents, address: str | None = None, metrics: Metrics | None = None
+) -> RunningServer:
+    servicer = IngestServicer(
+        pipeline=components.pipeline,
+        documents=components.documents,
+        jobs=components.jobs,
+        gate=components.gate,
+        executor=components.executor,
+        max_upload_bytes=settings.max_upload_bytes,
+        max_batch_documents=settings.max_batch_documents,
+    )
+    registration = ServiceRegistration(
+        SERVICE_NAME, lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server)
+    )
+    return await host_service(
+        settings,
+        registration,
+        address=address or f"{settings.host}:{settings.ingest_port}",
+        call_timeout_s=settings.ingest_call_timeout_s,
+        extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
+    )
 
 
 async def run_recovery(components: IngestComponents) -> None:

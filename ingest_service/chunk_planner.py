@@ -18,13 +18,22 @@ from ragrpc.tokens import TokenCounter
 class ChunkPlannerImpl:
     """ChunkPlanner over the chunker registry."""
 
-    def __init__(self, counter: TokenCounter, max_tokens: int, *, default_size: int, default_overlap: int,
-                 embed: Callable[[list[str]], np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        counter: TokenCounter,
+        max_tokens: int,
+        *,
+        default_size: int,
+        default_overlap: int,
+        embed: Callable[[list[str]], np.ndarray] | None = None,
+    ) -> None:
         self._counter = counter
         self._embed = embed
-        self._base = ChunkingConfig(chunk_size=min(default_size, max_tokens),
-                                    overlap=min(default_overlap, max(0, min(default_size, max_tokens) - 1)),
-                                    max_tokens=max_tokens)
+        self._base = ChunkingConfig(
+            chunk_size=min(default_size, max_tokens),
+            overlap=min(default_overlap, max(0, min(default_size, max_tokens) - 1)),
+            max_tokens=max_tokens,
+        )
 
     def plan(self, document: ExtractedDocument, strategy: str, size: int, overlap: int) -> list[ChunkDraft]:
         config = self._base
@@ -32,7 +41,8 @@ class ChunkPlannerImpl:
             if size > config.max_tokens:
                 raise errors.InvalidInputError(
                     f"chunk_size_tokens {size} exceeds the embedding model's limit of {config.max_tokens} tokens",
-                    field="spec.chunking.chunk_size_tokens")
+                    field="spec.chunking.chunk_size_tokens",
+                )
             config = replace(config, chunk_size=size, overlap=None if not overlap else overlap)
         elif overlap:
             config = replace(config, overlap=overlap)

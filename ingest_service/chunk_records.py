@@ -17,22 +17,44 @@ def chunk_id_for(tenant: str, document_id: str, generation: str, index: int) -> 
     return digest[:32]
 
 
-def build_chunk_records(item: IngestItem, document_id: str, facts: DocumentFacts, drafts: list[ChunkDraft],
-                        vectors: np.ndarray, generation: str) -> list[ChunkRecord]:
+def build_chunk_records(
+    item: IngestItem,
+    document_id: str,
+    facts: DocumentFacts,
+    drafts: list[ChunkDraft],
+    vectors: np.ndarray,
+    generation: str,
+) -> list[ChunkRecord]:
     now = int(time.time())
     records: list[ChunkRecord] = []
     for draft, vector in zip(drafts, vectors, strict=True):
         parent_id = ""
         if draft.parent_index >= 0:
             parent_id = chunk_id_for(item.tenant, document_id, generation, draft.parent_index)
-        records.append(ChunkRecord(
-            chunk_id=chunk_id_for(item.tenant, document_id, generation, draft.chunk_index),
-            document_id=document_id, tenant=item.tenant, collection=item.spec.collection or "default",
-            generation=generation, text=draft.text, vector=vector.tolist(), chunk_index=draft.chunk_index,
-            chunker=draft.chunker, source=facts.source, title=facts.title, media_type=facts.media_type,
-            page_start=draft.page_start, page_end=draft.page_end, section_path=draft.section_path,
-            kind=ChunkKind(draft.kind), parent_id=parent_id, content_hash=facts.content_hash,
-            tags=tuple(item.spec.tags), doc_date=facts.doc_date, created_at=now,
-            metadata={k: v for k, v in item.spec.metadata.items()},
-        ))
+        records.append(
+            ChunkRecord(
+                chunk_id=chunk_id_for(item.tenant, document_id, generation, draft.chunk_index),
+                document_id=document_id,
+                tenant=item.tenant,
+                collection=item.spec.collection or "default",
+                generation=generation,
+                text=draft.text,
+                vector=vector.tolist(),
+                chunk_index=draft.chunk_index,
+                chunker=draft.chunker,
+                source=facts.source,
+                title=facts.title,
+                media_type=facts.media_type,
+                page_start=draft.page_start,
+                page_end=draft.page_end,
+                section_path=draft.section_path,
+                kind=ChunkKind(draft.kind),
+                parent_id=parent_id,
+                content_hash=facts.content_hash,
+                tags=tuple(item.spec.tags),
+                doc_date=facts.doc_date,
+                created_at=now,
+                metadata={k: v for k, v in item.spec.metadata.items()},
+            )
+        )
     return records

@@ -14,9 +14,12 @@ from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
 from ragrpc.v1 import ingest_pb2
 
 _STAGES = {
-    "queued": ingest_pb2.INGEST_STAGE_QUEUED, "extracting": ingest_pb2.INGEST_STAGE_EXTRACTING,
-    "chunking": ingest_pb2.INGEST_STAGE_CHUNKING, "embedding": ingest_pb2.INGEST_STAGE_EMBEDDING,
-    "writing": ingest_pb2.INGEST_STAGE_WRITING, "done": ingest_pb2.INGEST_STAGE_DONE,
+    "queued": ingest_pb2.INGEST_STAGE_QUEUED,
+    "extracting": ingest_pb2.INGEST_STAGE_EXTRACTING,
+    "chunking": ingest_pb2.INGEST_STAGE_CHUNKING,
+    "embedding": ingest_pb2.INGEST_STAGE_EMBEDDING,
+    "writing": ingest_pb2.INGEST_STAGE_WRITING,
+    "done": ingest_pb2.INGEST_STAGE_DONE,
 }
 
 
@@ -39,11 +42,18 @@ def state_from_pb(value: int, field: str = "state") -> DocumentState | None:
 
 def spec_from_pb(spec: ingest_pb2.DocumentSpec) -> DocumentSpecInput:
     return DocumentSpecInput(
-        document_id=spec.document_id, file_name=spec.file_name, media_type=spec.media_type,
-        collection=spec.collection, source=spec.source, title=spec.title, tags=list(spec.tags),
-        metadata=dict(spec.metadata), password=spec.password,
+        document_id=spec.document_id,
+        file_name=spec.file_name,
+        media_type=spec.media_type,
+        collection=spec.collection,
+        source=spec.source,
+        title=spec.title,
+        tags=list(spec.tags),
+        metadata=dict(spec.metadata),
+        password=spec.password,
         chunking_strategy=strategy_name(spec.chunking.strategy),
-        chunk_size_tokens=spec.chunking.chunk_size_tokens, chunk_overlap_tokens=spec.chunking.chunk_overlap_tokens,
+        chunk_size_tokens=spec.chunking.chunk_size_tokens,
+        chunk_overlap_tokens=spec.chunking.chunk_overlap_tokens,
     )
 
 
@@ -55,11 +65,22 @@ def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 
 def document_to_pb(record: DocumentRecord) -> ingest_pb2.Document:
     doc = ingest_pb2.Document(
-        document_id=record.document_id, collection=record.collection, source=record.source, title=record.title,
-        media_type=record.media_type, content_hash=record.content_hash, state=int(record.state),  # type: ignore[arg-type]
-        chunk_count=record.chunk_count, page_count=record.page_count,
-        pages_without_text=record.pages_without_text, size_bytes=record.size_bytes, author=record.author,
-        language=record.language, tags=record.tags, metadata=record.metadata, chunker=record.chunker,
+        document_id=record.document_id,
+        collection=record.collection,
+        source=record.source,
+        title=record.title,
+        media_type=record.media_type,
+        content_hash=record.content_hash,
+        state=int(record.state),  # type: ignore[arg-type]
+        chunk_count=record.chunk_count,
+        page_count=record.page_count,
+        pages_without_text=record.pages_without_text,
+        size_bytes=record.size_bytes,
+        author=record.author,
+        language=record.language,
+        tags=record.tags,
+        metadata=record.metadata,
+        chunker=record.chunker,
     )
     if record.state == DocumentState.FAILED or record.error:
         doc.error_message = record.error
@@ -74,9 +95,15 @@ def document_to_pb(record: DocumentRecord) -> ingest_pb2.Document:
 
 def progress_to_pb(index: int, event: ProgressEvent) -> ingest_pb2.DocumentProgress:
     return ingest_pb2.DocumentProgress(
-        index=index, document_id=event.document_id, stage=_STAGES.get(event.stage, 0), state=int(event.state),  # type: ignore[arg-type]
-        chunk_count=event.chunk_count, chunks_embedded=event.chunks_embedded, error_message=event.error,
-        unchanged=event.unchanged, error_code=event.error_code,
+        index=index,
+        document_id=event.document_id,
+        stage=_STAGES.get(event.stage, 0),  # type: ignore[arg-type]
+        state=int(event.state),  # type: ignore[arg-type]
+        chunk_count=event.chunk_count,
+        chunks_embedded=event.chunks_embedded,
+        error_message=event.error,
+        unchanged=event.unchanged,
+        error_code=event.error_code,
     )
 
 
@@ -89,10 +116,14 @@ def job_to_pb(job: IngestJobRecord) -> ingest_pb2.IngestJob:
     result = ingest_pb2.IngestJob(job_id=job.job_id, done=job.done)
     for entry in job.documents:
         event = ProgressEvent(
-            document_id=entry.get("document_id", ""), stage=entry.get("stage", "queued"),
-            state=DocumentState(int(entry.get("state", 1))), chunk_count=entry.get("chunk_count", 0),
-            chunks_embedded=entry.get("chunks_embedded", 0), error=entry.get("error", ""),
-            error_code=entry.get("error_code", ""), unchanged=entry.get("unchanged", False),
+            document_id=entry.get("document_id", ""),
+            stage=entry.get("stage", "queued"),
+            state=DocumentState(int(entry.get("state", 1))),
+            chunk_count=entry.get("chunk_count", 0),
+            chunks_embedded=entry.get("chunks_embedded", 0),
+            error=entry.get("error", ""),
+            error_code=entry.get("error_code", ""),
+            unchanged=entry.get("unchanged", False),
         )
         result.documents.append(progress_to_pb(int(entry.get("index", 0)), event))
     if job.done and job.summary:

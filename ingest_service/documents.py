@@ -60,11 +60,21 @@ class DocumentService:
         _check_id(document_id)
         record = self._registry.get(tenant, document_id)
         if record is None or record.deleting:
-            raise errors.NotFoundError(f"document {document_id!r} does not exist", metadata={"document_id": document_id})
+            raise errors.NotFoundError(
+                f"document {document_id!r} does not exist", metadata={"document_id": document_id}
+            )
         return record
 
-    def list_page(self, tenant: str, *, page_size: int = 0, page_token: str = "", state: DocumentState | None = None,
-             source: str = "", collection: str = "") -> DocumentPage:
+    def list_page(
+        self,
+        tenant: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        state: DocumentState | None = None,
+        source: str = "",
+        collection: str = "",
+    ) -> DocumentPage:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
             raise errors.InvalidInputError(f"page_size must be between 0 and {MAX_PAGE_SIZE}", field="page_size")
         size = page_size or DEFAULT_PAGE_SIZE
@@ -85,15 +95,24 @@ class DocumentService:
         next_token = _encode_token(page_keys[-1]) if len(keys) > size else ""
         return DocumentPage(documents, next_token)
 
-    def update(self, tenant: str, document_id: str, *, fields: list[str], title: str = "",
-               tags: list[str] | None = None, metadata: dict[str, str] | None = None) -> DocumentRecord:
+    def update(
+        self,
+        tenant: str,
+        document_id: str,
+        *,
+        fields: list[str],
+        title: str = "",
+        tags: list[str] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> DocumentRecord:
         """Changes title/tags/metadata in the registry and on the stored chunks (their vectors are
         kept), so filters see the new values. No re-extraction, no re-embedding."""
         unknown = [name for name in fields if name not in UPDATABLE_FIELDS]
         if not fields or unknown:
             raise errors.InvalidInputError(
                 f"update_mask must name some of {', '.join(UPDATABLE_FIELDS)}; got {', '.join(fields) or 'nothing'}",
-                field="update_mask")
+                field="update_mask",
+            )
         validate_spec(DocumentSpecInput(tags=list(tags or []), metadata=dict(metadata or {})), field_prefix="document")
         record = self.get(tenant, document_id)
         if record.state != DocumentState.ACTIVE or record.pending_generation:
@@ -153,14 +172,14 @@ class DocumentRecovery:
             return
         changed = False
         if record.pending_generation:
-            self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id,
-                                                            record.pending_generation))
+            self._chunks.delete_chunks(
+                chunks_of_generation(record.tenant, record.document_id, record.pending_generation)
+            )
             record.pending_generation = ""
             counts["attempts_rolled_back"] += 1
             changed = True
         if record.stale_generation:
-            self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id,
-                                                            record.stale_generation))
+            self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, record.stale_generation))
             record.stale_generation = ""
             counts["stale_versions_removed"] += 1
             changed = True

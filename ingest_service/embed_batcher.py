@@ -88,7 +88,7 @@ class EmbeddingBatcher:
                 continue
             offset = 0
             for request in live:
-                part = vectors[offset:offset + len(request.texts)]
+                part = vectors[offset : offset + len(request.texts)]
                 offset += len(request.texts)
                 if not request.future.done():
                     request.future.set_result(part)

@@ -49,8 +49,14 @@ class JobEvent:
 class IngestJobRunner:
     """Starts jobs and lets callers follow them."""
 
-    def __init__(self, pipeline: IngestPipeline, registry: DocumentRegistry, executor: Executor,
-                 gate: AdmissionGate, concurrency: int = 2) -> None:
+    def __init__(
+        self,
+        pipeline: IngestPipeline,
+        registry: DocumentRegistry,
+        executor: Executor,
+        gate: AdmissionGate,
+        concurrency: int = 2,
+    ) -> None:
         self._pipeline = pipeline
         self._gate = gate
         self._registry = registry
@@ -62,9 +68,15 @@ class IngestJobRunner:
         """Starts a job; returns its id and an iterator of its events (ending after the summary).
         Raises LimitExceededError when the service already has too many documents queued."""
         self._gate.reserve(len(items))
-        job = IngestJobRecord(job_id=uuid.uuid4().hex, tenant=tenant, created_at=time.time(),
-                              documents=[{"index": i, "document_id": it.spec.document_id, "stage": "queued",
-                                          "state": int(DocumentState.PENDING)} for i, it in enumerate(items)])
+        job = IngestJobRecord(
+            job_id=uuid.uuid4().hex,
+            tenant=tenant,
+            created_at=time.time(),
+            documents=[
+                {"index": i, "document_id": it.spec.document_id, "stage": "queued", "state": int(DocumentState.PENDING)}
+                for i, it in enumerate(items)
+            ],
+        )
         await self._persist(job)
         queue: asyncio.Queue[object] = asyncio.Queue()
         task = asyncio.create_task(self._run(job, items, queue))
@@ -99,8 +111,9 @@ class IngestJobRunner:
             queue.put_nowait(JobEvent(job.job_id, summary=summary))
             queue.put_nowait(_END)
 
-    async def _ingest_one(self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary,
-                          queue: asyncio.Queue[object]) -> None:
+    async def _ingest_one(
+        self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary, queue: asyncio.Queue[object]
+    ) -> None:
         def report(event: ProgressEvent) -> None:
             job.documents[index] = {"index": index, **asdict(event), "state": int(event.state)}
             queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
@@ -110,8 +123,15 @@ class IngestJobRunner:
         except errors.RagrpcError as exc:
             summary.failed += 1
             if job.documents[index].get("stage") != "done":  # failed before the pipeline reported it
-                report(ProgressEvent(item.spec.document_id, "done", DocumentState.FAILED, error=exc.message,
-                                     error_code=errors.status_name(exc)))
+                report(
+                    ProgressEvent(
+                        item.spec.document_id,
+                        "done",
+                        DocumentState.FAILED,
+                        error=exc.message,
+                        error_code=errors.status_name(exc),
+                    )
+                )
         else:
             summary.succeeded += 1
             summary.unchanged += int(outcome.unchanged)

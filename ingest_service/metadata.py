@@ -16,12 +16,8 @@ from ragrpc.models import BlockKind, DocumentMetadata, ExtractedDocument
 # Short, frequent, mostly language-specific function words.
 _STOP_WORDS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
-        "en": frozenset(
-            "the and of to is in that it with for was are this be on as by not have from".split()
-        ),
-        "de": frozenset(
-            "der die und das ist nicht ein eine zu den mit sich auf für auch dem von wird".split()
-        ),
+        "en": frozenset("the and of to is in that it with for was are this be on as by not have from".split()),
+        "de": frozenset("der die und das ist nicht ein eine zu den mit sich auf für auch dem von wird".split()),
         "fr": frozenset("le la les et des est une dans que pour qui pas sur au avec du ce sont aux".split()),
         "es": frozenset("el la los las y que en es por una con para del se su al lo como más".split()),
         "nl": frozenset("de het een en van is dat niet op te voor met zijn ook als bij aan wordt".split()),

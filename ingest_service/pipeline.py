@@ -37,8 +37,9 @@ logger = logging.getLogger(__name__)
 
 
 class DocumentExtractor(Protocol):
-    def extract(self, data: bytes, *, file_name: str = "", media_type: str = "",
-                password: str = "") -> ExtractedDocument: ...
+    def extract(
+        self, data: bytes, *, file_name: str = "", media_type: str = "", password: str = ""
+    ) -> ExtractedDocument: ...
 
 
 class ChunkPlanner(Protocol):
@@ -76,11 +77,21 @@ def new_generation() -> str:
 class IngestPipeline:
     """Ingests one document at a time; many can run concurrently on one event loop."""
 
-    def __init__(self, *, extractor: DocumentExtractor, planner: ChunkPlanner, embedder: Embedder,
-                 batcher: EmbeddingBatcher, chunks: ChunkStore, registry: DocumentRegistry, executor: Executor,
-                 embed_batch_size: int = 64, document_timeout_s: float = 900.0,
-                 clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
-                 observer: ProgressCallback | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        extractor: DocumentExtractor,
+        planner: ChunkPlanner,
+        embedder: Embedder,
+        batcher: EmbeddingBatcher,
+        chunks: ChunkStore,
+        registry: DocumentRegistry,
+        executor: Executor,
+        embed_batch_size: int = 64,
+        document_timeout_s: float = 900.0,
+        clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
+        observer: ProgressCallback | None = None,
+    ) -> None:
         self._extractor = extractor
         self._planner = planner
         self._embedder = embedder
@@ -123,14 +134,39 @@ class IngestPipeline:
 
         return report
 
-    async def _ingest_locked(self, item: IngestItem, document_id: str, content_hash: str,
-                             report: ProgressCallback) -> IngestOutcome:
+    async def _ingest_locked(
+        self, item: IngestItem, document_id: str, content_hash: str, report: ProgressCallback
+    ) -> IngestOutcome:
         collection = item.spec.collection or "default"
         existing = await self._run(self._registry.get, item.tenant, document_id)
-        if existing and existing.state == DocumentState.ACTIVE and existing.content_hash == content_hash \
-                and existing.collection == collection:
-            report(ProgressEvent(document_id, "done", DocumentState.ACTIVE, existing.chunk_count,
-                                 existing.chunk_count, unchanged=True))
+        if existing is not None and (existing.pending_generation or existing.stale_generation):
+            # An earlier attempt ended without finishing its bookkeeping (the store was unreachable when
+            # it failed or switched; this process is the only writer and holds the document's lock): drop
+            # those chunks now, before the markers are overwritten, or they would be left behind for good.
+            for leftover in (existing.pending_generation, existing.stale_generation):
+                if leftover:
+                    await self._run(
+                        self._chunks.delete_chunks, chunks_of_generation(item.tenant, document_id, leftover)
+                    )
+            existing.pending_generation = existing.stale_generation = ""
+            if existing.state == DocumentState.ACTIVE:
+                await self._run(self._registry.put, existing)
+        if (
+            existing
+            and existing.state == DocumentState.ACTIVE
+            and existing.content_hash == content_hash
+            and existing.collection == collection
+        ):
+            report(
+                ProgressEvent(
+                    document_id,
+                    "done",
+                    DocumentState.ACTIVE,
+                    existing.chunk_count,
+                    existing.chunk_count,
+                    unchanged=True,
+                )
+            )
             return IngestOutcome(existing, unchanged=True, chunks_written=0)
         generation = new_generation()
         record = self._start_record(item, document_id, collection, content_hash, existing, generation)
@@ -140,7 +176,8 @@ class IngestPipeline:
             return await asyncio.wait_for(self._process(item, record, existing, report), self._timeout_s)
         except asyncio.TimeoutError:
             error: errors.RagrpcError = errors.DeadlineError(
-                f"ingestion took longer than {self._timeout_s:.0f}s and was abandoned")
+                f"ingestion took longer than {self._timeout_s:.0f}s and was abandoned"
+            )
             await self._fail(record, existing, error, report)
             raise error from None
         except errors.RagrpcError as exc:
@@ -152,8 +189,15 @@ class IngestPipeline:
             await self._fail(record, existing, wrapped, report)
             raise wrapped from exc
 
-    def _start_record(self, item: IngestItem, document_id: str, collection: str, content_hash: str,
-                      existing: DocumentRecord | None, generation: str) -> DocumentRecord:
+    def _start_record(
+        self,
+        item: IngestItem,
+        document_id: str,
+        collection: str,
+        content_hash: str,
+        existing: DocumentRecord | None,
+        generation: str,
+    ) -> DocumentRecord:
         now = int(time.time())
         if existing is not None:
             record = DocumentRecord(**{**existing.__dict__})
@@ -168,16 +212,24 @@ class IngestPipeline:
             record.content_hash = content_hash
         return record
 
-    async def _process(self, item: IngestItem, record: DocumentRecord, existing: DocumentRecord | None,
-                       report: ProgressCallback) -> IngestOutcome:
+    async def _process(
+        self, item: IngestItem, record: DocumentRecord, existing: DocumentRecord | None, report: ProgressCallback
+    ) -> IngestOutcome:
         doc_id, state = record.document_id, record.state
         report(ProgressEvent(doc_id, "extracting", state))
         extracted = await self._run(self._extract_and_clean, item)
         facts = gather_facts(item, extracted)
         report(ProgressEvent(doc_id, "chunking", state))
-        drafts = await self._run(self._planner.plan, extracted, item.spec.chunking_strategy,
-                                 item.spec.chunk_size_tokens, item.spec.chunk_overlap_tokens)
+        drafts = await self._run(
+            self._planner.plan,
+            extracted,
+            item.spec.chunking_strategy,
+            item.spec.chunk_size_tokens,
+            item.spec.chunk_overlap_tokens,
+        )
         if not drafts:
+            if record.state != DocumentState.ACTIVE:  # not a replacement (that keeps the facts of its old version)
+                facts.apply_to(record)  # the FAILED record shows the pages without text, page count, title
             raise errors.InvalidInputError(_no_text_message(extracted), reason="NO_TEXT")
         facts.chunker = drafts[0].chunker.split("/")[0]
         generation = record.pending_generation
@@ -185,12 +237,20 @@ class IngestPipeline:
         return await self._commit(record, existing, facts, drafts, written, report)
 
     def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
-        extracted = self._extractor.extract(item.content, file_name=item.spec.file_name,
-                                            media_type=item.spec.media_type, password=item.spec.password)
+        extracted = self._extractor.extract(
+            item.content, file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
+        )
         return self._clean(extracted)
 
-    async def _embed_and_write(self, item: IngestItem, record: DocumentRecord, facts: DocumentFacts,
-                               drafts: list[ChunkDraft], generation: str, report: ProgressCallback) -> int:
+    async def _embed_and_write(
+        self,
+        item: IngestItem,
+        record: DocumentRecord,
+        facts: DocumentFacts,
+        drafts: list[ChunkDraft],
+        generation: str,
+        report: ProgressCallback,
+    ) -> int:
         """Embeds retrievable drafts in batches in the executor; writing batch k overlaps
         embedding batch k+1. PARENT drafts (context only) are not embedded: they get the
         normalised mean of their children's vectors."""
@@ -202,7 +262,7 @@ class IngestPipeline:
         child_vectors: dict[int, list[np.ndarray]] = {}
         embedded = 0
         for start in range(0, total, self._batch):
-            batch = searchable[start:start + self._batch]
+            batch = searchable[start : start + self._batch]
             vectors = await self._batcher.embed([d.text for d in batch])
             for draft, vector in zip(batch, vectors, strict=True):
                 if draft.parent_index >= 0:
@@ -217,14 +277,22 @@ class IngestPipeline:
         if pending_write is not None:
             await pending_write
         if parents:
-            vectors = np.stack([_mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension)
-                                for p in parents])
+            vectors = np.stack(
+                [_mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension) for p in parents]
+            )
             rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
             await self._run(self._chunks.insert_chunks, rows)
         return embedded
 
-    async def _commit(self, record: DocumentRecord, existing: DocumentRecord | None, facts: DocumentFacts,
-                      drafts: list[ChunkDraft], written: int, report: ProgressCallback) -> IngestOutcome:
+    async def _commit(
+        self,
+        record: DocumentRecord,
+        existing: DocumentRecord | None,
+        facts: DocumentFacts,
+        drafts: list[ChunkDraft],
+        written: int,
+        report: ProgressCallback,
+    ) -> IngestOutcome:
         old_generation = existing.generation if existing else ""
         facts.apply_to(record)
         record.generation = record.pending_generation
@@ -235,19 +303,26 @@ class IngestPipeline:
         record.chunk_count = sum(1 for d in drafts if d.kind == 0)
         await self._run(self._registry.put, record)  # the switch: new chunks become visible
         if old_generation:
-            await self._run(self._chunks.delete_chunks,
-                            chunks_of_generation(record.tenant, record.document_id, old_generation))
+            await self._run(
+                self._chunks.delete_chunks, chunks_of_generation(record.tenant, record.document_id, old_generation)
+            )
             record.stale_generation = ""
             await self._run(self._registry.put, record)
         report(ProgressEvent(record.document_id, "done", DocumentState.ACTIVE, record.chunk_count, written))
         return IngestOutcome(record, unchanged=False, chunks_written=written)
 
-    async def _fail(self, record: DocumentRecord, existing: DocumentRecord | None,
-                    error: errors.RagrpcError, report: ProgressCallback) -> None:
+    async def _fail(
+        self,
+        record: DocumentRecord,
+        existing: DocumentRecord | None,
+        error: errors.RagrpcError,
+        report: ProgressCallback,
+    ) -> None:
         generation = record.pending_generation
         try:
-            await self._run(self._chunks.delete_chunks,
-                            chunks_of_generation(record.tenant, record.document_id, generation))
+            await self._run(
+                self._chunks.delete_chunks, chunks_of_generation(record.tenant, record.document_id, generation)
+            )
             record.pending_generation = ""
             record.error = error.message
             record.error_code = _code_name(error)
@@ -258,8 +333,11 @@ class IngestPipeline:
             await self._run(self._registry.put, record)
         except errors.RagrpcError:
             logger.warning("could not record the failure of %s; recovery will", record.document_id)
-        report(ProgressEvent(record.document_id, "done", DocumentState.FAILED, error=error.message,
-                             error_code=_code_name(error)))
+        report(
+            ProgressEvent(
+                record.document_id, "done", DocumentState.FAILED, error=error.message, error_code=_code_name(error)
+            )
+        )
 
 
 def _mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:
@@ -279,6 +357,8 @@ def _code_name(error: errors.RagrpcError) -> str:
 def _no_text_message(extracted: ExtractedDocument) -> str:
     if extracted.pages_without_text:
         pages = ", ".join(map(str, extracted.pages_without_text[:20]))
-        return (f"the document has no text layer on {len(extracted.pages_without_text)} page(s) ({pages}); "
-                "it looks scanned: run OCR on it first (e.g. ocrmypdf) and ingest the result")
+        return (
+            f"the document has no text layer on {len(extracted.pages_without_text)} page(s) ({pages}); "
+            "it looks scanned: run OCR on it first (e.g. ocrmypdf) and ingest the result"
+        )
     return "the document contains no extractable text"

@@ -55,28 +55,35 @@ def validate_spec(spec: DocumentSpecInput, *, field_prefix: str = "spec") -> Non
     if spec.document_id and not DOCUMENT_ID_PATTERN.match(spec.document_id):
         raise errors.InvalidInputError(
             f"document_id {spec.document_id[:140]!r} is invalid: use 1-128 characters of A-Z a-z 0-9 . _ : -",
-            field=f"{field_prefix}.document_id")
+            field=f"{field_prefix}.document_id",
+        )
     if spec.collection and not COLLECTION_PATTERN.match(spec.collection):
         raise errors.InvalidInputError(
             f"collection {spec.collection[:80]!r} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ -",
-            field=f"{field_prefix}.collection")
+            field=f"{field_prefix}.collection",
+        )
     if len(spec.tags) > s.MAX_TAGS:
-        raise errors.InvalidInputError(f"at most {s.MAX_TAGS} tags are allowed, got {len(spec.tags)}",
-                                       field=f"{field_prefix}.tags")
+        raise errors.InvalidInputError(
+            f"at most {s.MAX_TAGS} tags are allowed, got {len(spec.tags)}", field=f"{field_prefix}.tags"
+        )
     for tag in spec.tags:
         if not tag or len(tag) > s.MAX_TAG_LENGTH:
             raise errors.InvalidInputError(
-                f"tags must be 1-{s.MAX_TAG_LENGTH} characters; got {tag[:40]!r}", field=f"{field_prefix}.tags")
+                f"tags must be 1-{s.MAX_TAG_LENGTH} characters; got {tag[:40]!r}", field=f"{field_prefix}.tags"
+            )
     if len(spec.metadata) > MAX_METADATA_ENTRIES:
-        raise errors.InvalidInputError(f"at most {MAX_METADATA_ENTRIES} metadata entries are allowed",
-                                       field=f"{field_prefix}.metadata")
+        raise errors.InvalidInputError(
+            f"at most {MAX_METADATA_ENTRIES} metadata entries are allowed", field=f"{field_prefix}.metadata"
+        )
     for key, value in spec.metadata.items():
         if not key or len(value) > MAX_METADATA_VALUE_CHARS:
             raise errors.InvalidInputError(
                 f"metadata keys must be non-empty and values at most {MAX_METADATA_VALUE_CHARS} characters",
-                field=f"{field_prefix}.metadata")
+                field=f"{field_prefix}.metadata",
+            )
     if len(spec.source) > s.VARCHAR_LIMITS[s.SOURCE] or len(spec.file_name) > 1024:
-        raise errors.InvalidInputError("source / file_name is too long (max 2048 / 1024 characters)",
-                                       field=f"{field_prefix}.source")
+        raise errors.InvalidInputError(
+            "source / file_name is too long (max 2048 / 1024 characters)", field=f"{field_prefix}.source"
+        )
     if spec.chunk_size_tokens < 0 or spec.chunk_overlap_tokens < 0:
         raise errors.InvalidInputError("chunk sizes cannot be negative", field=f"{field_prefix}.chunking")

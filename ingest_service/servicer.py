@@ -21,8 +21,17 @@ from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 
 class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
-    def __init__(self, *, pipeline: IngestPipeline, documents: DocumentService, jobs: IngestJobRunner,
-                 gate: AdmissionGate, executor: Executor, max_upload_bytes: int, max_batch_documents: int) -> None:
+    def __init__(
+        self,
+        *,
+        pipeline: IngestPipeline,
+        documents: DocumentService,
+        jobs: IngestJobRunner,
+        gate: AdmissionGate,
+        executor: Executor,
+        max_upload_bytes: int,
+        max_batch_documents: int,
+    ) -> None:
         self._pipeline = pipeline
         self._gate = gate
         self._documents = documents
@@ -35,8 +44,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
 
-    async def UploadDocument(self, request_iterator: AsyncIterator[ingest_pb2.UploadDocumentRequest],
-                             context: grpc.aio.ServicerContext) -> ingest_pb2.UploadDocumentResponse:
+    async def UploadDocument(
+        self, request_iterator: AsyncIterator[ingest_pb2.UploadDocumentRequest], context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.UploadDocumentResponse:
         header, content = await self._receive_upload(request_iterator)
         item = IngestItem(tenant=current_tenant(), spec=convert.spec_from_pb(header), content=content)
         self._gate.reserve(1)
@@ -44,11 +54,14 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
             outcome = await self._pipeline.ingest(item)
         finally:
             self._gate.release()
-        return ingest_pb2.UploadDocumentResponse(document=convert.document_to_pb(outcome.record),
-                                                 unchanged=outcome.unchanged)
+        return ingest_pb2.UploadDocumentResponse(
+            document=convert.document_to_pb(outcome.record), unchanged=outcome.unchanged
+        )
 
-    async def _receive_upload(self, stream: AsyncIterator[ingest_pb2.UploadDocumentRequest],
-                              ) -> tuple[ingest_pb2.DocumentSpec, bytes]:
+    async def _receive_upload(
+        self,
+        stream: AsyncIterator[ingest_pb2.UploadDocumentRequest],
+    ) -> tuple[ingest_pb2.DocumentSpec, bytes]:
         header: ingest_pb2.DocumentSpec | None = None
         parts: list[bytes] = []
         size = 0
@@ -59,13 +72,14 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                 header = message.header
                 continue
             if header is None:
-                raise errors.InvalidInputError("the first message of an upload must carry the header",
-                                               field="header")
+                raise errors.InvalidInputError("the first message of an upload must carry the header", field="header")
             size += len(message.data)
             if size > self._max_upload:
                 raise errors.LimitExceededError(
                     f"the upload exceeds the maximum size of {self._max_upload} bytes (RAGRPC_MAX_UPLOAD_BYTES)",
-                    reason="UPLOAD_TOO_LARGE", metadata={"limit_bytes": str(self._max_upload)})
+                    reason="UPLOAD_TOO_LARGE",
+                    metadata={"limit_bytes": str(self._max_upload)},
+                )
             parts.append(message.data)
         if header is None:
             raise errors.InvalidInputError("the upload carried no header", field="header")
@@ -73,58 +87,83 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
             raise errors.InvalidInputError("header.file_name is required", field="header.file_name")
         return header, b"".join(parts)
 
-    async def IngestDocuments(self, request: ingest_pb2.IngestDocumentsRequest,
-                              context: grpc.aio.ServicerContext) -> AsyncIterator[ingest_pb2.IngestDocumentsResponse]:
+    async def IngestDocuments(
+        self, request: ingest_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[ingest_pb2.IngestDocumentsResponse]:
         if not request.documents:
             raise errors.InvalidInputError("documents must not be empty", field="documents")
         if len(request.documents) > self._max_batch:
             raise errors.LimitExceededError(
                 f"a batch may hold at most {self._max_batch} documents (RAGRPC_MAX_BATCH_DOCUMENTS); "
-                f"got {len(request.documents)}", metadata={"limit": str(self._max_batch)})
+                f"got {len(request.documents)}",
+                metadata={"limit": str(self._max_batch)},
+            )
         tenant = current_tenant()
-        items = [IngestItem(tenant=tenant, spec=convert.spec_from_pb(d.spec), content=d.content)
-                 for d in request.documents]
+        items = [
+            IngestItem(tenant=tenant, spec=convert.spec_from_pb(d.spec), content=d.content) for d in request.documents
+        ]
         for index, item in enumerate(items):
             if len(item.content) > self._max_upload:
                 raise errors.LimitExceededError(
                     f"documents[{index}] exceeds the maximum size of {self._max_upload} bytes",
-                    reason="UPLOAD_TOO_LARGE", metadata={"limit_bytes": str(self._max_upload)})
+                    reason="UPLOAD_TOO_LARGE",
+                    metadata={"limit_bytes": str(self._max_upload)},
+                )
         job_id, events = await self._jobs.start(tenant, items)
         async for event in events:
             if event.summary is not None:
                 yield ingest_pb2.IngestDocumentsResponse(job_id=job_id, summary=convert.summary_to_pb(event.summary))
             elif event.progress is not None:
                 yield ingest_pb2.IngestDocumentsResponse(
-                    job_id=job_id, progress=convert.progress_to_pb(event.index, event.progress))
+                    job_id=job_id, progress=convert.progress_to_pb(event.index, event.progress)
+                )
 
-    async def GetDocument(self, request: ingest_pb2.GetDocumentRequest,
-                          context: grpc.aio.ServicerContext) -> ingest_pb2.GetDocumentResponse:
+    async def GetDocument(
+        self, request: ingest_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.GetDocumentResponse:
         record = await self._run(self._documents.get, current_tenant(), request.document_id)
         return ingest_pb2.GetDocumentResponse(document=convert.document_to_pb(record))
 
-    async def ListDocuments(self, request: ingest_pb2.ListDocumentsRequest,
-                            context: grpc.aio.ServicerContext) -> ingest_pb2.ListDocumentsResponse:
+    async def ListDocuments(
+        self, request: ingest_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.ListDocumentsResponse:
         state = convert.state_from_pb(request.state)
-        page = await self._run(self._documents.list_page, current_tenant(), page_size=request.page_size,
-                               page_token=request.page_token, state=state, source=request.source,
-                               collection=request.collection)
-        return ingest_pb2.ListDocumentsResponse(documents=[convert.document_to_pb(d) for d in page.documents],
-                                                next_page_token=page.next_page_token)
+        page = await self._run(
+            self._documents.list_page,
+            current_tenant(),
+            page_size=request.page_size,
+            page_token=request.page_token,
+            state=state,
+            source=request.source,
+            collection=request.collection,
+        )
+        return ingest_pb2.ListDocumentsResponse(
+            documents=[convert.document_to_pb(d) for d in page.documents], next_page_token=page.next_page_token
+        )
 
-    async def UpdateDocument(self, request: ingest_pb2.UpdateDocumentRequest,
-                             context: grpc.aio.ServicerContext) -> ingest_pb2.UpdateDocumentResponse:
+    async def UpdateDocument(
+        self, request: ingest_pb2.UpdateDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.UpdateDocumentResponse:
         doc = request.document
-        record = await self._run(self._documents.update, current_tenant(), doc.document_id,
-                                 fields=list(request.update_mask.paths), title=doc.title, tags=list(doc.tags),
-                                 metadata=dict(doc.metadata))
+        record = await self._run(
+            self._documents.update,
+            current_tenant(),
+            doc.document_id,
+            fields=list(request.update_mask.paths),
+            title=doc.title,
+            tags=list(doc.tags),
+            metadata=dict(doc.metadata),
+        )
         return ingest_pb2.UpdateDocumentResponse(document=convert.document_to_pb(record))
 
-    async def DeleteDocument(self, request: ingest_pb2.DeleteDocumentRequest,
-                             context: grpc.aio.ServicerContext) -> ingest_pb2.DeleteDocumentResponse:
+    async def DeleteDocument(
+        self, request: ingest_pb2.DeleteDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.DeleteDocumentResponse:
         deleted = await self._run(self._documents.delete, current_tenant(), request.document_id)
         return ingest_pb2.DeleteDocumentResponse(chunks_deleted=deleted)
 
-    async def GetIngestJob(self, request: ingest_pb2.GetIngestJobRequest,
-                           context: grpc.aio.ServicerContext) -> ingest_pb2.GetIngestJobResponse:
+    async def GetIngestJob(
+        self, request: ingest_pb2.GetIngestJobRequest, context: grpc.aio.ServicerContext
+    ) -> ingest_pb2.GetIngestJobResponse:
         job = await self._jobs.get(current_tenant(), request.job_id)
         return ingest_pb2.GetIngestJobResponse(job=convert.job_to_pb(job))

@@ -25,14 +25,27 @@ async def main() -> None:
         logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
     embedder = embedder_from_settings(settings)
     await asyncio.to_thread(embedder.warm_up)
-    stores = await asyncio.to_thread(open_milvus_stores, settings, model_id=embedder.model_id,
-                                     dimension=embedder.dimension, writer=False, wait_s=120.0)
+    stores = await asyncio.to_thread(
+        open_milvus_stores,
+        settings,
+        model_id=embedder.model_id,
+        dimension=embedder.dimension,
+        writer=False,
+        wait_s=120.0,
+    )
     reranker = await asyncio.to_thread(build_reranker, settings)
-    components = build_components(settings, embedder, stores.chunks, stores.registry, reranker=reranker,
-                                  metrics=metrics)
+    components = build_components(
+        settings, embedder, stores.chunks, stores.registry, reranker=reranker, metrics=metrics
+    )
     running = await start_query_server(settings, components, metrics=metrics)
-    logger.info("query service ready on %s:%d (store %s, sparse %s, reranker %s)", settings.host, running.port,
-                settings.milvus_uri, settings.sparse_backend, settings.reranker_model or "none")
+    logger.info(
+        "query service ready on %s:%d (store %s, sparse %s, reranker %s)",
+        settings.host,
+        running.port,
+        settings.milvus_uri,
+        settings.sparse_backend,
+        settings.reranker_model or "none",
+    )
     await serve_until_signalled(running, settings.shutdown_grace_s)
     components.executor.shutdown(wait=False, cancel_futures=True)
 

@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 # The classic English stop-word list (NLTK's list, which includes contraction fragments
 # such as "don" and "t" that \w tokenisation produces from "don't").
-ENGLISH_STOP_WORDS: frozenset[str] = frozenset("""
+ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
+    """
 a about above after again against ain all am an and any are aren aren't as at be because
 been before being below between both but by can couldn couldn't d did didn didn't do does
 doesn doesn't doing don don't down during each few for from further had hadn hadn't has
@@ -32,7 +33,8 @@ so some such t than that that'll the their theirs them themselves then there the
 this those through to too under until up ve very was wasn wasn't we were weren weren't
 what when where which while who whom why will with won won't wouldn wouldn't y you you'd
 you'll you're you've your yours yourself yourselves
-""".split())
+""".split()
+)
 
 _WORD = re.compile(r"[^\W_]+")
 

@@ -65,8 +65,15 @@ AskEvent = SourcesReady | TokenEvent | RetractionEvent | CitationFound | AnswerF
 
 
 class AnswerService:
-    def __init__(self, *, retrieval: RetrievalPipeline, prompts: PromptBuilder, chain: FallbackChain,
-                 executor: Executor, observer: Callable[[AnswerFinished], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        retrieval: RetrievalPipeline,
+        prompts: PromptBuilder,
+        chain: FallbackChain,
+        executor: Executor,
+        observer: Callable[[AnswerFinished], None] | None = None,
+    ) -> None:
         self._retrieval = retrieval
         self._observer = observer
         self._prompts = prompts
@@ -78,9 +85,16 @@ class AnswerService:
         result = await self._retrieval.retrieve(query.retrieval)
         context_started = time.perf_counter()
         built = await asyncio.get_running_loop().run_in_executor(
-            self._executor, lambda: self._prompts.build(
-                query.retrieval.text, result.hits, template=query.template or "default", history=query.history,
-                budget_tokens=query.token_budget or None, max_answer_tokens=query.max_answer_tokens or None))
+            self._executor,
+            lambda: self._prompts.build(
+                query.retrieval.text,
+                result.hits,
+                template=query.template or "default",
+                history=query.history,
+                budget_tokens=query.token_budget or None,
+                max_answer_tokens=query.max_answer_tokens or None,
+            ),
+        )
         timings = [*_retrieval_timings(result), ("context", _ms_since(context_started))]
         sources = list(built.context.sources)
         yield SourcesReady(sources, result.score_kind)
@@ -100,12 +114,15 @@ class AnswerService:
         for citation in parse_citations(done.answer):
             if 1 <= citation.source_number <= len(sources):
                 yield CitationFound(sources[citation.source_number - 1], citation.answer_start, citation.answer_end)
-        timings += [("generate", _ms_since(generate_started)),
-                    ("time_to_first_token", first_token if first_token is not None else _ms_since(started)),
-                    ("total", _ms_since(started))]
+        timings += [
+            ("generate", _ms_since(generate_started)),
+            ("time_to_first_token", first_token if first_token is not None else _ms_since(started)),
+            ("total", _ms_since(started)),
+        ]
         reason = "no_sources" if not sources else done.finish_reason
-        finished = AnswerFinished(reason, done.model, done.prompt_tokens, done.completion_tokens, done.answer,
-                                  timings, result)
+        finished = AnswerFinished(
+            reason, done.model, done.prompt_tokens, done.completion_tokens, done.answer, timings, result
+        )
         if self._observer is not None:
             self._observer(finished)
         yield finished

@@ -284,9 +284,7 @@ class ContextAssembler:
         for cand, rel in zip(candidates, relevances, strict=True):
             cand.relevance = rel
             cand.priority = (
-                w.relevance * rel
-                + w.recency * self.recency(cand.hit)
-                + w.authority * self.authority(cand.hit)
+                w.relevance * rel + w.recency * self.recency(cand.hit) + w.authority * self.authority(cand.hit)
             )
         return sorted(candidates, key=lambda cand: -cand.priority)
 

@@ -25,9 +25,7 @@ logger = logging.getLogger(__name__)
 class Diversifier(Protocol):
     """Selects top_k of the candidates, trading relevance against redundancy."""
 
-    def diversify(
-        self, candidates: Sequence[ScoredChunk], embeddings: np.ndarray, top_k: int
-    ) -> list[ScoredChunk]: ...
+    def diversify(self, candidates: Sequence[ScoredChunk], embeddings: np.ndarray, top_k: int) -> list[ScoredChunk]: ...
 
 
 class MmrDiversifier:
@@ -39,13 +37,12 @@ class MmrDiversifier:
             raise InvalidInputError(f"mmr_lambda {lambda_!r} is not in [0, 1]", field="options.mmr_lambda")
         self.lambda_ = float(lambda_)
 
-    def diversify(
-        self, candidates: Sequence[ScoredChunk], embeddings: np.ndarray, top_k: int
-    ) -> list[ScoredChunk]:
+    def diversify(self, candidates: Sequence[ScoredChunk], embeddings: np.ndarray, top_k: int) -> list[ScoredChunk]:
         vectors = np.asarray(embeddings, dtype=np.float64)
         if vectors.ndim != 2 or vectors.shape[0] != len(candidates):
-            raise ValueError(f"need one embedding row per candidate, got shape {vectors.shape} "
-                             f"for {len(candidates)} candidates")
+            raise ValueError(
+                f"need one embedding row per candidate, got shape {vectors.shape} for {len(candidates)} candidates"
+            )
         count = min(top_k, len(candidates))
         if count <= 0:
             return []

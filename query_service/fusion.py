@@ -105,8 +105,12 @@ class WeightedFusion:
 
     def __init__(self, dense_weight: float = 0.7, sparse_weight: float = 0.3) -> None:
         for name, weight in (("dense_weight", dense_weight), ("sparse_weight", sparse_weight)):
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-                    or weight < 0:
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, int | float)
+                or not math.isfinite(weight)
+                or weight < 0
+            ):
                 raise InvalidInputError(f"{name} must be a finite number >= 0", field=f"options.{name}")
         if dense_weight + sparse_weight <= 0:
             raise InvalidInputError("dense_weight and sparse_weight are both 0", field="options.dense_weight")

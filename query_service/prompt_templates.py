@@ -81,9 +81,7 @@ class PromptTemplates:
     """The templates of a directory, loaded and validated once (ValueError when a file is
     malformed or a required template is missing)."""
 
-    def __init__(
-        self, directory: Path | str | None = None, required: Sequence[str] = DEFAULT_TEMPLATE_NAMES
-    ) -> None:
+    def __init__(self, directory: Path | str | None = None, required: Sequence[str] = DEFAULT_TEMPLATE_NAMES) -> None:
         folder = Path(directory) if directory is not None else _DEFAULT_DIRECTORY
         self._templates = {
             path.stem: _parse_template(path.stem, path.read_text(encoding="utf-8"))
@@ -108,9 +106,7 @@ class PromptTemplates:
             )
         return template
 
-    def render(
-        self, name: str, question: str, context: str, history: Sequence[ChatMessage] = ()
-    ) -> list[ChatMessage]:
+    def render(self, name: str, question: str, context: str, history: Sequence[ChatMessage] = ()) -> list[ChatMessage]:
         template = self.get(name)
         values = {
             "context": context or NO_CONTEXT,
@@ -198,9 +194,7 @@ class PromptBuilder:
         messages = self._templates.render(template, question, context, history)
         return count_prompt_tokens(messages, self._counter)
 
-    def _fit_history(
-        self, template: str, question: str, history: list[ChatMessage], limit: int
-    ) -> list[ChatMessage]:
+    def _fit_history(self, template: str, question: str, history: list[ChatMessage], limit: int) -> list[ChatMessage]:
         """The newest turns whose prompt (without context) fits `limit`, oldest dropped first."""
         if not history:
             return []

@@ -1,9 +1,9 @@
 """The retrieval pipeline:
 
-    embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop)
-      -> visibility (only chunks of the documents' current generation)
-      -> fuse (RRF or weighted; or one list alone) -> rerank (cross-encoder, when configured)
-      -> diversify (MMR, when asked) -> min score, top-k -> parents (when asked)
+embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop)
+  -> visibility (only chunks of the documents' current generation)
+  -> fuse (RRF or weighted; or one list alone) -> rerank (cross-encoder, when configured)
+  -> diversify (MMR, when asked) -> min score, top-k -> parents (when asked)
 """
 
 from __future__ import annotations
@@ -37,14 +37,24 @@ class SparseRetriever(Protocol):
 
     name: str
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
-               document_ids: list[str] | None = None) -> list[ScoredChunk]: ...
+    def search(
+        self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
+    ) -> list[ScoredChunk]: ...
 
 
 class RetrievalPipeline:
-    def __init__(self, *, embedder: Embedder, chunks: ChunkStore, registry: DocumentRegistry,
-                 sparse: SparseRetriever | None, reranker: Reranker | None, executor: Executor,
-                 rerank_top_n: int = 30, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        *,
+        embedder: Embedder,
+        chunks: ChunkStore,
+        registry: DocumentRegistry,
+        sparse: SparseRetriever | None,
+        reranker: Reranker | None,
+        executor: Executor,
+        rerank_top_n: int = 30,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._embedder = embedder
         self._chunks = chunks
         self._registry = registry
@@ -60,8 +70,16 @@ class RetrievalPipeline:
     async def retrieve(self, query: RetrievalQuery) -> RetrievalResult:
         timer = StageTimer()
         started = self._clock()
-        expr = f.filter_from_request(query.tenant, query.collection, query.document_ids, query.sources,
-                                     query.media_types, query.tags, query.time_after, query.time_before)
+        expr = f.filter_from_request(
+            query.tenant,
+            query.collection,
+            query.document_ids,
+            query.sources,
+            query.media_types,
+            query.tags,
+            query.time_after,
+            query.time_before,
+        )
         if query.mode in ("hybrid", "sparse") and self._sparse is None:
             if query.mode == "sparse":
                 raise errors.PreconditionError("sparse retrieval is disabled on this server (RAGRPC_SPARSE_BACKEND)")
@@ -81,12 +99,20 @@ class RetrievalPipeline:
             with timer.stage("parents"):
                 await self._attach_parents(hits)
         timer.add("total", (self._clock() - started) * 1000.0)
-        return RetrievalResult(hits=hits, score_kind=kind, timings=timer.timings, dense_candidates=len(dense),
-                               sparse_candidates=len(sparse), reranked=reranked, rerank_skipped_reason=skipped,
-                               sparse_backend=self._sparse.name if self._sparse and query.mode != "dense" else "")
+        return RetrievalResult(
+            hits=hits,
+            score_kind=kind,
+            timings=timer.timings,
+            dense_candidates=len(dense),
+            sparse_candidates=len(sparse),
+            reranked=reranked,
+            rerank_skipped_reason=skipped,
+            sparse_backend=self._sparse.name if self._sparse and query.mode != "dense" else "",
+        )
 
-    async def _candidates(self, query: RetrievalQuery, expr: FilterExpr,
-                          timer: StageTimer) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+    async def _candidates(
+        self, query: RetrievalQuery, expr: FilterExpr, timer: StageTimer
+    ) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
         async def dense() -> list[ScoredChunk]:
             if query.mode == "sparse":
                 return []
@@ -99,14 +125,16 @@ class RetrievalPipeline:
             if query.mode == "dense" or self._sparse is None:
                 return []
             with timer.stage("sparse_search"):
-                return await self._run(self._sparse.search, query.text, query.tenant, expr, query.candidates,
-                                       query.document_ids or None)
+                return await self._run(
+                    self._sparse.search, query.text, query.tenant, expr, query.candidates, query.document_ids or None
+                )
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
         return dense_hits, sparse_hits
 
-    async def _visible(self, dense: list[ScoredChunk],
-                       sparse: list[ScoredChunk]) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
+    async def _visible(
+        self, dense: list[ScoredChunk], sparse: list[ScoredChunk]
+    ) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
         """Drops chunks of superseded or unfinished ingestion attempts and deleted documents."""
         keys = sorted({document_key(h.chunk.tenant, h.chunk.document_id) for h in (*dense, *sparse)})
         if not keys:
@@ -119,8 +147,9 @@ class RetrievalPipeline:
 
         return [h for h in dense if keep(h)], [h for h in sparse if keep(h)]
 
-    def _fuse(self, query: RetrievalQuery, dense: list[ScoredChunk],
-              sparse: list[ScoredChunk]) -> tuple[list[ScoredChunk], str]:
+    def _fuse(
+        self, query: RetrievalQuery, dense: list[ScoredChunk], sparse: list[ScoredChunk]
+    ) -> tuple[list[ScoredChunk], str]:
         if query.mode == "dense" or (query.mode == "hybrid" and self._sparse is None):
             return list(dense), "cosine"
         if query.mode == "sparse":
@@ -129,8 +158,9 @@ class RetrievalPipeline:
             return WeightedFusion(query.dense_weight, query.sparse_weight).fuse(dense, sparse), "weighted"
         return RrfFusion(query.rrf_k).fuse(dense, sparse), "rrf"
 
-    async def _maybe_rerank(self, query: RetrievalQuery, hits: list[ScoredChunk], kind: str,
-                            timer: StageTimer) -> tuple[list[ScoredChunk], str, bool, str]:
+    async def _maybe_rerank(
+        self, query: RetrievalQuery, hits: list[ScoredChunk], kind: str, timer: StageTimer
+    ) -> tuple[list[ScoredChunk], str, bool, str]:
         if self._reranker is None:
             return hits, kind, False, "no reranker configured"
         if not query.rerank:
@@ -140,7 +170,7 @@ class RetrievalPipeline:
         with timer.stage("rerank"):
             head = hits[: self._rerank_top_n]
             reranked = await self._run(self._reranker.rerank, query.text, head, len(head))
-        return list(reranked) + hits[len(head):], "rerank", True, ""
+        return list(reranked) + hits[len(head) :], "rerank", True, ""
 
     async def _diversify(self, query: RetrievalQuery, hits: list[ScoredChunk]) -> list[ScoredChunk]:
         pool = hits[: max(query.top_k * 4, 20)]

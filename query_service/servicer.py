@@ -31,14 +31,18 @@ class RetrievalLimits:
         if len(query.text) > self.max_query_chars:
             raise errors.InvalidInputError(
                 f"query is {len(query.text)} characters; the limit is {self.max_query_chars} (RAGRPC_MAX_QUERY_CHARS)",
-                field="query", reason="QUERY_TOO_LONG")
+                field="query",
+                reason="QUERY_TOO_LONG",
+            )
         if not 1 <= query.top_k <= self.max_top_k:
-            raise errors.InvalidInputError(f"top_k must be between 1 and {self.max_top_k} (RAGRPC_MAX_TOP_K)",
-                                           field="options.top_k")
+            raise errors.InvalidInputError(
+                f"top_k must be between 1 and {self.max_top_k} (RAGRPC_MAX_TOP_K)", field="options.top_k"
+            )
         if not query.top_k <= query.candidates <= self.max_candidates:
             raise errors.InvalidInputError(
                 f"candidates must be between top_k and {self.max_candidates} (RAGRPC_MAX_CANDIDATES)",
-                field="options.candidates")
+                field="options.candidates",
+            )
         if query.rrf_k < 1:
             raise errors.InvalidInputError("rrf_k must be positive", field="options.rrf_k")
         if query.dense_weight < 0 or query.sparse_weight < 0 or query.dense_weight + query.sparse_weight <= 0:
@@ -54,20 +58,27 @@ class RetrieveServicer(retrieve_pb2_grpc.RetrieveServiceServicer):
         self._limits = limits
 
     def _query(self, text: str, options: retrieve_pb2.RetrievalOptions, default_top_k: int) -> RetrievalQuery:
-        query = convert.retrieval_query(text, options, current_tenant(), default_top_k=default_top_k,
-                                        default_candidates=self._limits.default_candidates)
+        query = convert.retrieval_query(
+            text,
+            options,
+            current_tenant(),
+            default_top_k=default_top_k,
+            default_candidates=self._limits.default_candidates,
+        )
         self._limits.check(query)
         return query
 
-    async def Retrieve(self, request: retrieve_pb2.RetrieveRequest,
-                       context: grpc.aio.ServicerContext) -> AsyncIterator[retrieve_pb2.RetrieveResponse]:
+    async def Retrieve(
+        self, request: retrieve_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[retrieve_pb2.RetrieveResponse]:
         result = await self._retrieval.retrieve(self._query(request.query, request.options, 10))
         for rank, hit in enumerate(result.hits, start=1):
             yield retrieve_pb2.RetrieveResponse(chunk=convert.scored_chunk_to_pb(hit, rank, result.score_kind))
         yield retrieve_pb2.RetrieveResponse(summary=convert.summary_to_pb(result))
 
-    async def Ask(self, request: retrieve_pb2.AskRequest,
-                  context: grpc.aio.ServicerContext) -> AsyncIterator[retrieve_pb2.AskResponse]:
+    async def Ask(
+        self, request: retrieve_pb2.AskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[retrieve_pb2.AskResponse]:
         query = convert.ask_query(request, self._query(request.query, request.options, 5))
         async with aclosing(self._answers.ask(query)) as events:
             async for event in events:

@@ -19,8 +19,9 @@ class MilvusBm25Retriever:
     def __init__(self, chunks: ChunkStore) -> None:
         self._chunks = chunks
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
-               document_ids: list[str] | None = None) -> list[ScoredChunk]:
+    def search(
+        self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
+    ) -> list[ScoredChunk]:
         return self._chunks.search_bm25(query, expr, limit)
 
 
@@ -35,8 +36,9 @@ class RankBm25Retriever:
         self._index = index
         self._sync = sync
 
-    def search(self, query: str, tenant: str, expr: FilterExpr, limit: int,
-               document_ids: list[str] | None = None) -> list[ScoredChunk]:
+    def search(
+        self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
+    ) -> list[ScoredChunk]:
         self._sync.refresh()
         hits: list[ScoredChunk] = []
         rows: dict[str, dict] = {}

@@ -145,15 +145,17 @@ class _Scope:
         self._mean_idf_cache: tuple[int, float] = (-1, 0.0)
 
     # --- writes ----------------------------------------------------------------
-    def add(self, document_id: str, chunks: Sequence[IndexedChunk], frequencies: Sequence[Counter[str]],
-            tenant: str) -> None:
+    def add(
+        self, document_id: str, chunks: Sequence[IndexedChunk], frequencies: Sequence[Counter[str]], tenant: str
+    ) -> None:
         postings = self.postings
         first_slot = len(self.slot_chunk_ids)
         document_terms: Counter[str] = Counter()
         for slot, (chunk, chunk_frequencies) in enumerate(zip(chunks, frequencies, strict=True), first_slot):
             self.slot_chunk_ids.append(chunk.chunk_id)
-            self.slot_attrs.append({**chunk.attrs, schema.TENANT: tenant, schema.DOCUMENT_ID: document_id,
-                                    schema.CHUNK_ID: chunk.chunk_id})
+            self.slot_attrs.append(
+                {**chunk.attrs, schema.TENANT: tenant, schema.DOCUMENT_ID: document_id, schema.CHUNK_ID: chunk.chunk_id}
+            )
             length = sum(chunk_frequencies.values())
             self.doc_len.append(length)
             self.alive.append(True)
@@ -310,9 +312,7 @@ class InProcessBm25Index:
             scope.remove(document_id)
             scope.add(document_id, prepared, frequencies, tenant)
 
-    def _prepare(
-        self, chunks: Sequence[IndexedChunk | tuple]
-    ) -> tuple[list[IndexedChunk], list[Counter[str]]]:
+    def _prepare(self, chunks: Sequence[IndexedChunk | tuple]) -> tuple[list[IndexedChunk], list[Counter[str]]]:
         """Analyse outside the lock: the chunks and each one's term frequencies."""
         prepared = [IndexedChunk(*chunk) for chunk in chunks]
         return prepared, [Counter(self._analyzer.analyze(chunk.text)) for chunk in prepared]

@@ -38,9 +38,16 @@ def indexed_chunk(chunk: ChunkRecord) -> IndexedChunk:
 
 
 class SparseIndexSync:
-    def __init__(self, index: InProcessBm25Index, registry: DocumentRegistry, chunks: ChunkStore, *,
-                 min_interval_s: float = 0.0, reconcile_interval_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        index: InProcessBm25Index,
+        registry: DocumentRegistry,
+        chunks: ChunkStore,
+        *,
+        min_interval_s: float = 0.0,
+        reconcile_interval_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._index = index
         self._registry = registry
         self._chunks = chunks
@@ -99,8 +106,12 @@ class SparseIndexSync:
             self._index.remove_document(*key)
             self._generations.pop(key, None)
             return
-        expr = f.and_(f.eq(s.TENANT, record.tenant), f.eq(s.DOCUMENT_ID, record.document_id),
-                      f.eq(s.GENERATION, visible), f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)))
+        expr = f.and_(
+            f.eq(s.TENANT, record.tenant),
+            f.eq(s.DOCUMENT_ID, record.document_id),
+            f.eq(s.GENERATION, visible),
+            f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)),
+        )
         items = [indexed_chunk(c) for batch in self._chunks.scan_chunks(expr) for c in batch]
         self._index.replace_document(record.tenant, record.document_id, items)
         self._generations[key] = visible

@@ -39,7 +39,8 @@ class ApiKeyTenantResolver:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise errors.UnauthenticatedError(
-                "missing API key: send metadata 'authorization: Bearer <key>'", reason="API_KEY_MISSING")
+                "missing API key: send metadata 'authorization: Bearer <key>'", reason="API_KEY_MISSING"
+            )
         offered = key_digest(key.strip())
         tenant = ""
         for digest, candidate in self._entries:  # compare with all, in constant time each

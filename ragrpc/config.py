@@ -26,11 +26,14 @@ class Settings:
 
     # Milvus
     milvus_uri: str = _setting(
-        "http://127.0.0.1:19530", "RAGRPC_MILVUS_URI",
-        "Milvus URI: a milvus-lite server, Milvus standalone/cluster or Zilliz endpoint")
+        "http://127.0.0.1:19530",
+        "RAGRPC_MILVUS_URI",
+        "Milvus URI: a milvus-lite server, Milvus standalone/cluster or Zilliz endpoint",
+    )
     milvus_token: str = _setting("", "RAGRPC_MILVUS_TOKEN", "Milvus token (user:password or API key)")
     collection_prefix: str = _setting(
-        "ragrpc", "RAGRPC_COLLECTION_PREFIX", "Name prefix of the chunk and document collections")
+        "ragrpc", "RAGRPC_COLLECTION_PREFIX", "Name prefix of the chunk and document collections"
+    )
     index_type: str = _setting("HNSW", "RAGRPC_INDEX_TYPE", "Dense index: FLAT, IVF_FLAT or HNSW")
     hnsw_m: int = _setting(16, "RAGRPC_HNSW_M", "HNSW M (graph degree)")
     hnsw_ef_construction: int = _setting(200, "RAGRPC_HNSW_EF_CONSTRUCTION", "HNSW efConstruction")
@@ -40,81 +43,105 @@ class Settings:
     store_timeout_s: float = _setting(30.0, "RAGRPC_STORE_TIMEOUT_S", "Timeout of one Milvus call")
     # Embeddings
     embedding_model: str = _setting(
-        BUNDLED_MODEL, "RAGRPC_EMBEDDING_MODEL",
-        "sentence-transformers model directory or hub name; the default is the bundled all-MiniLM-L6-v2")
+        BUNDLED_MODEL,
+        "RAGRPC_EMBEDDING_MODEL",
+        "sentence-transformers model directory or hub name; the default is the bundled all-MiniLM-L6-v2",
+    )
     embedding_backend: str = _setting(
-        "torch", "RAGRPC_EMBEDDING_BACKEND", "sentence-transformers backend: torch or onnx")
+        "torch", "RAGRPC_EMBEDDING_BACKEND", "sentence-transformers backend: torch or onnx"
+    )
     embedding_batch_size: int = _setting(
-        32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per model call (batched across concurrent documents)")
+        32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per model call (batched across concurrent documents)"
+    )
     ingest_concurrency: int = _setting(
-        8, "RAGRPC_INGEST_CONCURRENCY", "Documents of a batch processed at once (their embeddings share batches)")
+        8, "RAGRPC_INGEST_CONCURRENCY", "Documents of a batch processed at once (their embeddings share batches)"
+    )
     query_instruction: str = _setting(
-        "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')")
+        "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')"
+    )
     # Chunking
     chunk_size_tokens: int = _setting(200, "RAGRPC_CHUNK_SIZE_TOKENS", "Default chunk size (model tokens)")
     chunk_overlap_tokens: int = _setting(
-        30, "RAGRPC_CHUNK_OVERLAP_TOKENS", "Default overlap of fixed-size chunks (model tokens)")
+        30, "RAGRPC_CHUNK_OVERLAP_TOKENS", "Default overlap of fixed-size chunks (model tokens)"
+    )
     # Servers
     host: str = _setting("127.0.0.1", "RAGRPC_HOST", "Address the services bind to")
     ingest_port: int = _setting(50051, "RAGRPC_INGEST_PORT", "Port of the ingest service")
     query_port: int = _setting(50052, "RAGRPC_QUERY_PORT", "Port of the query service")
     workers: int = _setting(0, "RAGRPC_WORKERS", "CPU worker threads (0: one per core)")
     max_message_bytes: int = _setting(
-        16 * 1024 * 1024, "RAGRPC_MAX_MESSAGE_BYTES", "Largest gRPC message accepted or sent")
-    max_upload_bytes: int = _setting(
-        100 * 1024 * 1024, "RAGRPC_MAX_UPLOAD_BYTES", "Largest document accepted (bytes)")
+        16 * 1024 * 1024, "RAGRPC_MAX_MESSAGE_BYTES", "Largest gRPC message accepted or sent"
+    )
+    max_upload_bytes: int = _setting(100 * 1024 * 1024, "RAGRPC_MAX_UPLOAD_BYTES", "Largest document accepted (bytes)")
     max_batch_documents: int = _setting(
-        256, "RAGRPC_MAX_BATCH_DOCUMENTS", "Most documents in one IngestDocuments request")
+        256, "RAGRPC_MAX_BATCH_DOCUMENTS", "Most documents in one IngestDocuments request"
+    )
     max_query_chars: int = _setting(4096, "RAGRPC_MAX_QUERY_CHARS", "Longest query accepted (characters)")
     max_top_k: int = _setting(100, "RAGRPC_MAX_TOP_K", "Largest top_k accepted")
     max_candidates: int = _setting(1000, "RAGRPC_MAX_CANDIDATES", "Largest candidates value accepted")
     document_timeout_s: float = _setting(
-        900.0, "RAGRPC_DOCUMENT_TIMEOUT_S", "A document still PROCESSING after this is marked FAILED")
+        900.0, "RAGRPC_DOCUMENT_TIMEOUT_S", "A document still PROCESSING after this is marked FAILED"
+    )
     shutdown_grace_s: float = _setting(10.0, "RAGRPC_SHUTDOWN_GRACE_S", "Grace period on SIGTERM")
     tenant: str = _setting("default", "RAGRPC_TENANT", "Tenant of every request when authentication is off")
     max_concurrent_rpcs: int = _setting(
-        64, "RAGRPC_MAX_CONCURRENT_RPCS", "Calls served at once per service; more get RESOURCE_EXHAUSTED")
+        64, "RAGRPC_MAX_CONCURRENT_RPCS", "Calls served at once per service; more get RESOURCE_EXHAUSTED"
+    )
     max_pending_documents: int = _setting(
-        2048, "RAGRPC_MAX_PENDING_DOCUMENTS", "Documents queued for ingestion at once; more get RESOURCE_EXHAUSTED")
+        2048, "RAGRPC_MAX_PENDING_DOCUMENTS", "Documents queued for ingestion at once; more get RESOURCE_EXHAUSTED"
+    )
     ingest_call_timeout_s: float = _setting(
-        1800.0, "RAGRPC_INGEST_CALL_TIMEOUT_S", "Server-side deadline of an ingest call")
+        1800.0, "RAGRPC_INGEST_CALL_TIMEOUT_S", "Server-side deadline of an ingest call"
+    )
     query_call_timeout_s: float = _setting(
-        120.0, "RAGRPC_QUERY_CALL_TIMEOUT_S", "Server-side deadline of a Retrieve/Ask call")
+        120.0, "RAGRPC_QUERY_CALL_TIMEOUT_S", "Server-side deadline of a Retrieve/Ask call"
+    )
     # Security
     api_keys: str = _setting(
-        "", "RAGRPC_API_KEYS", "API keys as 'tenant=key,...'; setting keys turns authentication on")
+        "", "RAGRPC_API_KEYS", "API keys as 'tenant=key,...'; setting keys turns authentication on"
+    )
     api_keys_file: str = _setting(
-        "", "RAGRPC_API_KEYS_FILE", "File of '<tenant> sha256:<hex>' lines; turns authentication on")
+        "", "RAGRPC_API_KEYS_FILE", "File of '<tenant> sha256:<hex>' lines; turns authentication on"
+    )
     tls_cert_file: str = _setting("", "RAGRPC_TLS_CERT_FILE", "Server certificate (PEM); with the key, TLS is on")
     tls_key_file: str = _setting("", "RAGRPC_TLS_KEY_FILE", "Server private key (PEM)")
     tls_client_ca_file: str = _setting(
-        "", "RAGRPC_TLS_CLIENT_CA_FILE", "CA bundle of client certificates; setting it requires mutual TLS")
+        "", "RAGRPC_TLS_CLIENT_CA_FILE", "CA bundle of client certificates; setting it requires mutual TLS"
+    )
     allow_plaintext_remote: bool = _setting(
-        False, "RAGRPC_ALLOW_PLAINTEXT_REMOTE", "Allow binding a non-loopback address without TLS")
+        False, "RAGRPC_ALLOW_PLAINTEXT_REMOTE", "Allow binding a non-loopback address without TLS"
+    )
     # Observability
     log_level: str = _setting("INFO", "RAGRPC_LOG_LEVEL", "Logging level")
     log_format: str = _setting("text", "RAGRPC_LOG_FORMAT", "Log format: text or json (one object per line)")
     ingest_metrics_port: int = _setting(
-        9464, "RAGRPC_INGEST_METRICS_PORT", "Prometheus metrics port of the ingest service (-1: off)")
+        9464, "RAGRPC_INGEST_METRICS_PORT", "Prometheus metrics port of the ingest service (-1: off)"
+    )
     query_metrics_port: int = _setting(
-        9465, "RAGRPC_QUERY_METRICS_PORT", "Prometheus metrics port of the query service (-1: off)")
+        9465, "RAGRPC_QUERY_METRICS_PORT", "Prometheus metrics port of the query service (-1: off)"
+    )
     tracing: str = _setting("off", "RAGRPC_TRACING", "off or otel (OpenTelemetry; needs opentelemetry-sdk)")
     # Retrieval
     candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
     sparse_backend: str = _setting(
-        "milvus_bm25", "RAGRPC_SPARSE_BACKEND", "Sparse retriever: milvus_bm25, rank_bm25 or none")
+        "milvus_bm25", "RAGRPC_SPARSE_BACKEND", "Sparse retriever: milvus_bm25, rank_bm25 or none"
+    )
     reranker_model: str = _setting(
-        "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking")
+        "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking"
+    )
     rerank_top_n: int = _setting(30, "RAGRPC_RERANK_TOP_N", "Candidates given to the reranker")
     # Answers
     tiktoken_encoding: str = _setting(
-        "cl100k_base", "RAGRPC_TIKTOKEN_ENCODING", "Prompt token encoding: cl100k_base or o200k_base")
+        "cl100k_base", "RAGRPC_TIKTOKEN_ENCODING", "Prompt token encoding: cl100k_base or o200k_base"
+    )
     token_budget: int = _setting(4000, "RAGRPC_TOKEN_BUDGET", "Default prompt token budget of Ask")
     max_answer_tokens: int = _setting(512, "RAGRPC_MAX_ANSWER_TOKENS", "Default answer length limit")
     llm_endpoints: str = _setting(
-        "", "RAGRPC_LLM_ENDPOINTS",
+        "",
+        "RAGRPC_LLM_ENDPOINTS",
         "LLM fallback chain, 'base_url|model|api_key_env|timeout_s' entries separated by commas; "
-        "empty: extractive answers only")
+        "empty: extractive answers only",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -20,7 +20,8 @@ class DeadlineInterceptor(grpc.aio.ServerInterceptor):
     def _expired(self, method: str) -> errors.DeadlineError:
         return errors.DeadlineError(
             f"{method.rsplit('/', 1)[-1]} exceeded the server's deadline of {self._timeout_s:.0f}s",
-            metadata={"timeout_s": str(self._timeout_s)})
+            metadata={"timeout_s": str(self._timeout_s)},
+        )
 
     def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -32,8 +33,9 @@ class DeadlineInterceptor(grpc.aio.ServerInterceptor):
 
         return wrapper
 
-    def _wrap_stream(self, behavior: Callable[..., AsyncIterator[Any]],
-                     method: str) -> Callable[..., AsyncIterator[Any]]:
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._timeout_s

@@ -17,7 +17,6 @@ file lock, so two services starting together export once.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import hashlib
 import logging
@@ -225,10 +224,7 @@ class SentenceTransformerEmbedder:
         return int(self._loaded.max_seq_length) - 2
 
     def token_counter(self) -> TokenCounter:
-        # A copy of the tokenizer: the Rust fast tokenizer is not safe to share between a thread
-        # counting (no truncation) and one encoding (truncation on) - the setting flips under the
-        # other call ("RuntimeError: Already borrowed", or counts cut at the model window).
-        return HfTokenCounter(copy.deepcopy(self._loaded.tokenizer))
+        return HfTokenCounter(self._loaded.tokenizer)  # it makes its own private Rust tokenizer
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -68,8 +68,7 @@ def load_beir(directory: str | Path, split: str = "test") -> BeirDataset:
             corpus[doc_id] = BeirDocument(doc_id, record.get("title") or "", record.get("text") or "")
     queries = {str(r["_id"]): r.get("text") or "" for r in _read_jsonl(root / "queries.jsonl")}
     qrels = load_qrels(root / "qrels" / f"{split}.tsv")
-    logger.info("loaded %s: %d documents, %d queries, %d judged",
-                root.name, len(corpus), len(queries), len(qrels))
+    logger.info("loaded %s: %d documents, %d queries, %d judged", root.name, len(corpus), len(queries), len(qrels))
     return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
 
 
@@ -96,13 +95,15 @@ def _read_jsonl(path: Path) -> Iterable[dict]:
 
 # --- metrics ----------------------------------------------------------------------------
 
+
 def ndcg_at_k(ranking: Sequence[str], judgments: Mapping[str, int], k: int) -> float:
     ideal = sorted((grade for grade in judgments.values() if grade > 0), reverse=True)[:k]
     ideal_dcg = sum(grade / math.log2(rank + 1) for rank, grade in enumerate(ideal, 1))
     if ideal_dcg <= 0:
         return 0.0
-    dcg = sum(max(judgments.get(doc_id, 0), 0) / math.log2(rank + 1)
-              for rank, doc_id in enumerate(_dedupe(ranking)[:k], 1))
+    dcg = sum(
+        max(judgments.get(doc_id, 0), 0) / math.log2(rank + 1) for rank, doc_id in enumerate(_dedupe(ranking)[:k], 1)
+    )
     return dcg / ideal_dcg
 
 

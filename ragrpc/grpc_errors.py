@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 ERROR_DOMAIN = "ragrpc.v1"
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
+
 def status_code_for(error: errors.RagrpcError) -> grpc.StatusCode:
     return grpc.StatusCode[errors.status_name(error)]
 
@@ -62,8 +63,9 @@ async def _map_exception(context: grpc.aio.ServicerContext, exc: BaseException, 
     logger.exception("%s failed unexpectedly (incident %s)", method, incident)
     await abort_with_error(
         context,
-        errors.InternalError(f"internal error (incident {incident}); the server log has the details",
-                             metadata={"incident": incident}),
+        errors.InternalError(
+            f"internal error (incident {incident}); the server log has the details", metadata={"incident": incident}
+        ),
     )
 
 
@@ -101,8 +103,9 @@ UnaryWrap = Callable[[Callable[..., Awaitable[Any]], str], Callable[..., Awaitab
 StreamWrap = Callable[[Callable[..., AsyncIterator[Any]], str], Callable[..., AsyncIterator[Any]]]
 
 
-def rewrap_handler(handler: grpc.RpcMethodHandler | None, method: str, wrap_unary: UnaryWrap,
-                   wrap_stream: StreamWrap) -> grpc.RpcMethodHandler | None:
+def rewrap_handler(
+    handler: grpc.RpcMethodHandler | None, method: str, wrap_unary: UnaryWrap, wrap_stream: StreamWrap
+) -> grpc.RpcMethodHandler | None:
     """Wraps a handler's behavior (any of the four kinds); health and reflection stay untouched."""
     if handler is None or method.startswith("/grpc.health") or method.startswith("/grpc.reflection"):
         return handler

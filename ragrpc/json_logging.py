@@ -14,7 +14,10 @@ from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "request_id", "taskName",
+    "message",
+    "asctime",
+    "request_id",
+    "taskName",
 }
 
 

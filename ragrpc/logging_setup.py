@@ -15,8 +15,9 @@ def configure_logging(level: str = "INFO", service: str = "ragrpc", log_format: 
     if log_format.lower() == "json":
         handler.setFormatter(JsonLogFormatter(service))
     else:
-        handler.setFormatter(logging.Formatter(
-            f"%(asctime)s %(levelname)s {service} [%(request_id)s] %(name)s: %(message)s"))
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname)s {service} [%(request_id)s] %(name)s: %(message)s")
+        )
     handler.addFilter(RequestIdLogFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -40,21 +40,28 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
         rpc_labels = ("service", "method", "code")
-        self.rpc_requests = Counter("rpc_requests", "RPCs finished, by final status code",
-                                    rpc_labels, **common)
-        self.rpc_latency = Histogram("rpc_latency_seconds", "RPC duration, first byte in to status out",
-                                     rpc_labels, buckets=LATENCY_BUCKETS, **common)
-        self.ingest_stage = Histogram("ingest_stage_seconds", "Duration of one ingestion stage of a document",
-                                      ("stage",), buckets=LATENCY_BUCKETS, **common)
+        self.rpc_requests = Counter("rpc_requests", "RPCs finished, by final status code", rpc_labels, **common)
+        self.rpc_latency = Histogram(
+            "rpc_latency_seconds",
+            "RPC duration, first byte in to status out",
+            rpc_labels,
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        self.ingest_stage = Histogram(
+            "ingest_stage_seconds",
+            "Duration of one ingestion stage of a document",
+            ("stage",),
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
         self.ingest_queue_depth = Gauge("ingest_queue_depth", "Documents waiting to be ingested", **common)
         self.chunks_written = Counter("chunks_written", "Chunks written to the store", **common)
-        self.tokens_generated = Counter("tokens_generated", "Answer tokens streamed, by model",
-                                        ("model",), **common)
-        self.time_to_first_token = Histogram("time_to_first_token_seconds",
-                                             "From Ask received to its first answer token",
-                                             buckets=TTFT_BUCKETS, **common)
-        self.documents = Counter("documents", "Documents that reached a final state, by state",
-                                 ("state",), **common)
+        self.tokens_generated = Counter("tokens_generated", "Answer tokens streamed, by model", ("model",), **common)
+        self.time_to_first_token = Histogram(
+            "time_to_first_token_seconds", "From Ask received to its first answer token", buckets=TTFT_BUCKETS, **common
+        )
+        self.documents = Counter("documents", "Documents that reached a final state, by state", ("state",), **common)
 
     def observe_rpc(self, full_method: str, code: grpc.StatusCode, seconds: float) -> None:
         service, method = split_method(full_method)
@@ -68,7 +75,7 @@ class Metrics:
 
 
 def split_method(full_method: str) -> tuple[str, str]:
-    """"/ragrpc.v1.RetrieveService/Ask" -> ("ragrpc.v1.RetrieveService", "Ask")."""
+    """ "/ragrpc.v1.RetrieveService/Ask" -> ("ragrpc.v1.RetrieveService", "Ask")."""
     service, _, method = full_method.lstrip("/").rpartition("/")
     return service or "unknown", method
 
@@ -99,8 +106,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]],
-                    method: str) -> Callable[..., Awaitable[Any]]:
+    def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             start = time.perf_counter()
             code = grpc.StatusCode.OK
@@ -116,8 +122,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
         return wrapper
 
-    def _wrap_stream(self, behavior: Callable[..., AsyncIterator[Any]],
-                     method: str) -> Callable[..., AsyncIterator[Any]]:
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             start = time.perf_counter()
             code = grpc.StatusCode.OK

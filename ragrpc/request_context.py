@@ -82,8 +82,9 @@ class RequestContextInterceptor(grpc.aio.ServerInterceptor):
 
         return wrapper
 
-    def _wrap_stream(self, behavior: Callable[..., AsyncIterator[Any]],
-                     _method: str) -> Callable[..., AsyncIterator[Any]]:
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], _method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             self._enter(context)
             async for item in behavior(request, context):

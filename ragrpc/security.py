@@ -32,12 +32,14 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         if not is_loopback(settings.host) and not settings.allow_plaintext_remote:
             raise ValueError(
                 f"refusing to serve plaintext on {settings.host}: configure RAGRPC_TLS_CERT_FILE/RAGRPC_TLS_KEY_FILE "
-                "or set RAGRPC_ALLOW_PLAINTEXT_REMOTE=true (e.g. behind a TLS-terminating proxy or in a pod)")
+                "or set RAGRPC_ALLOW_PLAINTEXT_REMOTE=true (e.g. behind a TLS-terminating proxy or in a pod)"
+            )
         return None
     pair = (Path(settings.tls_key_file).read_bytes(), Path(settings.tls_cert_file).read_bytes())
     if settings.tls_client_ca_file:
-        return grpc.ssl_server_credentials([pair], root_certificates=Path(settings.tls_client_ca_file).read_bytes(),
-                                           require_client_auth=True)
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=Path(settings.tls_client_ca_file).read_bytes(), require_client_auth=True
+        )
     return grpc.ssl_server_credentials([pair])
 
 

@@ -95,8 +95,9 @@ async def build_server(
     return RunningServer(server=server, port=port, health=health_servicer, service_names=names)
 
 
-async def serve_until_signalled(running: RunningServer, grace_s: float,
-                                on_stop: Callable[[], Any] | None = None) -> None:
+async def serve_until_signalled(
+    running: RunningServer, grace_s: float, on_stop: Callable[[], Any] | None = None
+) -> None:
     """Waits for SIGTERM/SIGINT, then shuts down gracefully."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -115,8 +116,14 @@ async def serve_until_signalled(running: RunningServer, grace_s: float,
     stopper.cancel()
 
 
-async def host_service(settings: Any, registration: ServiceRegistration, *, address: str, call_timeout_s: float,
-                       extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> RunningServer:
+async def host_service(
+    settings: Any,
+    registration: ServiceRegistration,
+    *,
+    address: str,
+    call_timeout_s: float,
+    extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> RunningServer:
     """Starts one ragrpc service with the house defaults: TLS/plaintext rule, tenant resolution
     (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING."""
     from ragrpc.deadlines import DeadlineInterceptor
@@ -124,10 +131,16 @@ async def host_service(settings: Any, registration: ServiceRegistration, *, addr
     from ragrpc.security import server_credentials, tenant_resolver
 
     running = await build_server(
-        [registration], address=address, max_message_bytes=settings.max_message_bytes,
-        interceptors=[*extra_interceptors, RequestContextInterceptor(tenant_resolver(settings)),
-                      DeadlineInterceptor(call_timeout_s)],
-        credentials=server_credentials(settings), max_concurrent_rpcs=settings.max_concurrent_rpcs,
+        [registration],
+        address=address,
+        max_message_bytes=settings.max_message_bytes,
+        interceptors=[
+            *extra_interceptors,
+            RequestContextInterceptor(tenant_resolver(settings)),
+            DeadlineInterceptor(call_timeout_s),
+        ],
+        credentials=server_credentials(settings),
+        max_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     await running.set_serving()
     return running

@@ -56,7 +56,8 @@ class OtelTracer:
         except ImportError as exc:
             raise TracingUnavailableError(
                 "tracing is enabled but OpenTelemetry is not installed: "
-                "pip install opentelemetry-api opentelemetry-sdk (and an exporter)") from exc
+                "pip install opentelemetry-api opentelemetry-sdk (and an exporter)"
+            ) from exc
         self._tracer = trace.get_tracer("ragrpc", tracer_provider=tracer_provider)
         self._extract = propagate.extract
         self._server_kind = trace.SpanKind.SERVER
@@ -71,8 +72,9 @@ class OtelTracer:
         service, _, name = method.lstrip("/").rpartition("/")
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
         parent = self._extract(dict(metadata))
-        with self._tracer.start_as_current_span(method.lstrip("/"), context=parent, kind=self._server_kind,
-                                                attributes=attributes):
+        with self._tracer.start_as_current_span(
+            method.lstrip("/"), context=parent, kind=self._server_kind, attributes=attributes
+        ):
             yield
 
 
@@ -90,16 +92,16 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
     def _metadata(self, context: grpc.aio.ServicerContext) -> dict[str, str]:
         return {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
-    def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]],
-                    method: str) -> Callable[..., Awaitable[Any]]:
+    def _wrap_unary(self, behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Awaitable[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             with self._tracer.rpc_span(method, self._metadata(context)):
                 return await behavior(request, context)
 
         return wrapper
 
-    def _wrap_stream(self, behavior: Callable[..., AsyncIterator[Any]],
-                     method: str) -> Callable[..., AsyncIterator[Any]]:
+    def _wrap_stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             with self._tracer.rpc_span(method, self._metadata(context)):
                 async for item in behavior(request, context):

@@ -41,17 +41,27 @@ class Config:
 
 
 def configs(include_milvus_bm25: bool) -> list[Config]:
-    hybrid, dense, sparse = (retrieve_pb2.RETRIEVAL_MODE_HYBRID, retrieve_pb2.RETRIEVAL_MODE_DENSE,
-                             retrieve_pb2.RETRIEVAL_MODE_SPARSE)
+    hybrid, dense, sparse = (
+        retrieve_pb2.RETRIEVAL_MODE_HYBRID,
+        retrieve_pb2.RETRIEVAL_MODE_DENSE,
+        retrieve_pb2.RETRIEVAL_MODE_SPARSE,
+    )
     rrf, weighted = retrieve_pb2.FUSION_METHOD_RRF, retrieve_pb2.FUSION_METHOD_WEIGHTED
-    out = [Config("dense", "rank_bm25", dense), Config("sparse rank_bm25", "rank_bm25", sparse),
-           Config("hybrid rrf", "rank_bm25", hybrid, rrf), Config("hybrid weighted", "rank_bm25", hybrid, weighted),
-           Config("dense +mmr", "rank_bm25", dense, mmr=0.7), Config("sparse rank_bm25 +mmr", "rank_bm25", sparse, mmr=0.7),
-           Config("hybrid rrf +mmr", "rank_bm25", hybrid, rrf, 0.7),
-           Config("hybrid weighted +mmr", "rank_bm25", hybrid, weighted, 0.7)]
+    out = [
+        Config("dense", "rank_bm25", dense),
+        Config("sparse rank_bm25", "rank_bm25", sparse),
+        Config("hybrid rrf", "rank_bm25", hybrid, rrf),
+        Config("hybrid weighted", "rank_bm25", hybrid, weighted),
+        Config("dense +mmr", "rank_bm25", dense, mmr=0.7),
+        Config("sparse rank_bm25 +mmr", "rank_bm25", sparse, mmr=0.7),
+        Config("hybrid rrf +mmr", "rank_bm25", hybrid, rrf, 0.7),
+        Config("hybrid weighted +mmr", "rank_bm25", hybrid, weighted, 0.7),
+    ]
     if include_milvus_bm25:
-        out += [Config("sparse milvus_bm25", "milvus_bm25", sparse),
-                Config("hybrid rrf (milvus_bm25)", "milvus_bm25", hybrid, rrf)]
+        out += [
+            Config("sparse milvus_bm25", "milvus_bm25", sparse),
+            Config("hybrid rrf (milvus_bm25)", "milvus_bm25", hybrid, rrf),
+        ]
     return out
 
 
@@ -62,12 +72,20 @@ def document_id(beir_id: str) -> str:
 def _batches(dataset: BeirDataset, collection: str) -> Iterator[ingest_pb2.IngestDocumentsRequest]:
     docs = list(dataset.corpus.values())
     for start in range(0, len(docs), BATCH):
-        items = [ingest_pb2.InlineDocument(
-            spec=ingest_pb2.DocumentSpec(document_id=document_id(d.doc_id), file_name=f"{d.doc_id}.txt",
-                                         media_type="text/plain", collection=collection, title=d.title,
-                                         metadata={"beir_id": d.doc_id}),
-            content=(f"{d.title}\n\n{d.text}" if d.title else d.text).encode())
-            for d in docs[start:start + BATCH]]
+        items = [
+            ingest_pb2.InlineDocument(
+                spec=ingest_pb2.DocumentSpec(
+                    document_id=document_id(d.doc_id),
+                    file_name=f"{d.doc_id}.txt",
+                    media_type="text/plain",
+                    collection=collection,
+                    title=d.title,
+                    metadata={"beir_id": d.doc_id},
+                ),
+                content=(f"{d.title}\n\n{d.text}" if d.title else d.text).encode(),
+            )
+            for d in docs[start : start + BATCH]
+        ]
         yield ingest_pb2.IngestDocumentsRequest(documents=items)
 
 
@@ -82,11 +100,19 @@ def ingest(address: str, dataset: BeirDataset, collection: str) -> dict[str, flo
                     failed += event.summary.failed
                     unchanged += event.summary.unchanged
             if number % 10 == 0:
-                print(f"  ingested {min((number + 1) * BATCH, len(dataset.corpus))}/{len(dataset.corpus)}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  ingested {min((number + 1) * BATCH, len(dataset.corpus))}/{len(dataset.corpus)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         elapsed = time.perf_counter() - started
-    return {"documents": len(dataset.corpus), "chunks_written": chunks, "failed": failed, "unchanged": unchanged,
-            "seconds": round(elapsed, 1)}
+    return {
+        "documents": len(dataset.corpus),
+        "chunks_written": chunks,
+        "failed": failed,
+        "unchanged": unchanged,
+        "seconds": round(elapsed, 1),
+    }
 
 
 def run_config(address: str, dataset: BeirDataset, collection: str, config: Config) -> tuple[dict, float]:
@@ -95,8 +121,9 @@ def run_config(address: str, dataset: BeirDataset, collection: str, config: Conf
 
     def one(item: tuple[str, str]) -> tuple[str, list[str], float]:
         qid, text = item
-        options = retrieve_pb2.RetrievalOptions(top_k=100, candidates=200, mode=config.mode, fusion=config.fusion,
-                                                collection=collection)
+        options = retrieve_pb2.RetrievalOptions(
+            top_k=100, candidates=200, mode=config.mode, fusion=config.fusion, collection=collection
+        )
         if config.mmr is not None:
             options.mmr_lambda = config.mmr
         started = time.perf_counter()
@@ -134,26 +161,44 @@ def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
         rows = {}
         for config in configs(include_milvus_bm25):
             metrics, p50 = run_config(addresses[config.backend], dataset, name, config)
-            rows[config.name] = {"ndcg@10": metrics["ndcg@10"], "recall@100": metrics["recall@100"],
-                                 "mrr@10": metrics["mrr@10"], "p50_ms": p50}
+            rows[config.name] = {
+                "ndcg@10": metrics["ndcg@10"],
+                "recall@100": metrics["recall@100"],
+                "mrr@10": metrics["mrr@10"],
+                "p50_ms": p50,
+            }
             print(f"  {name:10s} {config.name:28s} nDCG@10 {metrics['ndcg@10']:.4f}", file=sys.stderr, flush=True)
-    return {"dataset": name, "split": split or "test", "queries": len(dataset.judged_queries()),
-            "ingestion": ingestion, "results": rows}
+    return {
+        "dataset": name,
+        "split": split or "test",
+        "queries": len(dataset.judged_queries()),
+        "ingestion": ingestion,
+        "results": rows,
+    }
 
 
 def print_table(reports: list[dict]) -> None:
     print(f"{'dataset':10s} {'configuration':28s} {'nDCG@10':>8s} {'R@100':>7s} {'MRR@10':>7s} {'p50 ms':>7s}")
     for report in reports:
         for config, row in report["results"].items():
-            print(f"{report['dataset']:10s} {config:28s} {row['ndcg@10']:8.4f} {row['recall@100']:7.4f} "
-                  f"{row['mrr@10']:7.4f} {row['p50_ms']:7.1f}")
+            print(
+                f"{report['dataset']:10s} {config:28s} {row['ndcg@10']:8.4f} {row['recall@100']:7.4f} "
+                f"{row['mrr@10']:7.4f} {row['p50_ms']:7.1f}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("datasets", nargs="*", help="DIR[:SPLIT] of a BEIR-layout dataset (split default: test)",
-                        default=[f"{REPO.parent}/shared/eval/ir/scifact:train", f"{REPO.parent}/shared/eval/ir/cisi:test",
-                                 f"{REPO.parent}/shared/eval/ir/cranfield:test"])
+    parser.add_argument(
+        "datasets",
+        nargs="*",
+        help="DIR[:SPLIT] of a BEIR-layout dataset (split default: test)",
+        default=[
+            f"{REPO.parent}/shared/eval/ir/scifact:train",
+            f"{REPO.parent}/shared/eval/ir/cisi:test",
+            f"{REPO.parent}/shared/eval/ir/cranfield:test",
+        ],
+    )
     parser.add_argument("--json", default=str(REPO / ".eval" / "results.json"), help="where to write the JSON")
     parser.add_argument("--no-milvus-bm25", action="store_true", help="skip the milvus_bm25 sparse backend")
     args = parser.parse_args(argv)

@@ -66,21 +66,39 @@ class Stack:
 
     def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.processes[name] = process
         return process
 
     def base_env(self) -> dict[str, str]:
-        return {**os.environ, "RAGRPC_MILVUS_URI": self.milvus_uri, "HF_HUB_OFFLINE": "1",
-                "RAGRPC_INGEST_METRICS_PORT": "-1", "RAGRPC_QUERY_METRICS_PORT": "-1", **self.env}
+        return {
+            **os.environ,
+            "RAGRPC_MILVUS_URI": self.milvus_uri,
+            "HF_HUB_OFFLINE": "1",
+            "RAGRPC_INGEST_METRICS_PORT": "-1",
+            "RAGRPC_QUERY_METRICS_PORT": "-1",
+            **self.env,
+        }
 
     def start_milvus(self) -> None:
         port = free_port()
         (self.data_dir / "milvus").mkdir(parents=True, exist_ok=True)
-        process = self._spawn("milvus", [str(Path(sys.executable).with_name("milvus-lite")), "server", "--data-dir",
-                                         str(self.data_dir / "milvus"), "--host", "127.0.0.1", "--port", str(port)],
-                              dict(os.environ))
+        process = self._spawn(
+            "milvus",
+            [
+                str(Path(sys.executable).with_name("milvus-lite")),
+                "server",
+                "--data-dir",
+                str(self.data_dir / "milvus"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            dict(os.environ),
+        )
         wait_port(port, process, 60)
         self.milvus_uri = f"http://127.0.0.1:{port}"
 

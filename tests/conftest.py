@@ -20,8 +20,12 @@ SHARED_EVAL = REPO_ROOT.parent / "shared" / "eval"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-reliability", action="store_true", default=False,
-                     help="run the long reliability tests (make test-reliability)")
+    parser.addoption(
+        "--run-reliability",
+        action="store_true",
+        default=False,
+        help="run the long reliability tests (make test-reliability)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,8 +39,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def settings() -> Settings:
-    return dataclasses.replace(Settings(), host="127.0.0.1", ingest_port=0, query_port=0, workers=2,
-                               embedding_batch_size=16, sparse_backend="rank_bm25")
+    return dataclasses.replace(
+        Settings(),
+        host="127.0.0.1",
+        ingest_port=0,
+        query_port=0,
+        workers=2,
+        embedding_batch_size=16,
+        sparse_backend="rank_bm25",
+    )
 
 
 @dataclass

@@ -49,8 +49,9 @@ def sse_frame(event: str, data: dict[str, Any]) -> bytes:
 def ask_options(query: dict[str, list[str]]) -> dict[str, Any]:
     """Ask options from the URL's query parameters."""
     first = {name: values[0] for name, values in query.items() if values and values[0]}
-    options: dict[str, Any] = {name: first[name] for name in ("mode", "fusion", "collection", "template")
-                               if name in first}
+    options: dict[str, Any] = {
+        name: first[name] for name in ("mode", "fusion", "collection", "template") if name in first
+    }
     if "top_k" in first:
         options["top_k"] = int(first["top_k"])
     if query.get("tag"):
@@ -125,8 +126,7 @@ class AskRelayHandler(BaseHTTPRequestHandler):
         pass  # quiet; a real service would log through its own logger
 
 
-def make_relay_server(query_target: str, host: str = "127.0.0.1", port: int = 0,
-                      **client_options: Any) -> RelayServer:
+def make_relay_server(query_target: str, host: str = "127.0.0.1", port: int = 0, **client_options: Any) -> RelayServer:
     """The relay bound to (host, port); port 0 picks a free one (see `server_address`)."""
     return RelayServer((host, port), RetrieveClient(query_target, **client_options))
 

@@ -23,7 +23,8 @@ def check(address: str, service: str, timeout_s: float) -> int:
     with grpc.insecure_channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+            )
         except grpc.RpcError as exc:
             print(f"{address}: {exc.code().name}: {exc.details()}", file=sys.stderr)
             return 1

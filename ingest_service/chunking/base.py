@@ -68,8 +68,7 @@ def validate_config(config: ChunkingConfig) -> None:
         (
             0 <= config.overlap_tokens < config.chunk_size,
             "overlap",
-            f"overlap must be >= 0 and smaller than chunk_size ({config.chunk_size}), "
-            f"got {config.overlap_tokens}",
+            f"overlap must be >= 0 and smaller than chunk_size ({config.chunk_size}), got {config.overlap_tokens}",
         ),
         (config.min_chunk_tokens >= 0, "min_chunk_tokens", "min_chunk_tokens must be >= 0"),
         (config.child_size >= 1, "child_size", f"child_size must be >= 1, got {config.child_size}"),
@@ -294,9 +293,7 @@ def draft_of(pieces: Sequence[Piece], chunker: str, own_from: int = 0) -> Draft:
     return Draft([(pieces[0].start, pieces[-1].end)], chunker, pieces[own_from].start)
 
 
-def _over_limit(
-    view: DocumentView, draft: Draft, text: str, counter: TokenCounter, config: ChunkingConfig
-) -> bool:
+def _over_limit(view: DocumentView, draft: Draft, text: str, counter: TokenCounter, config: ChunkingConfig) -> bool:
     """Whether the rendered chunk is over max_tokens. The estimate from the document's own
     tokenization can only be off by a few tokens where parts are joined, so only a chunk
     near the limit is tokenized again."""

@@ -141,10 +141,7 @@ class CodeChunker(PlannedChunker):
                 else:
                     out.append(pending)
                 pending = None
-            small = (
-                unit.node is None
-                and source.piece(unit.first, unit.last).tokens < self.config.min_chunk_tokens
-            )
+            small = unit.node is None and source.piece(unit.first, unit.last).tokens < self.config.min_chunk_tokens
             if small and out and self._fits(source, out[-1].first, unit.last):
                 out[-1] = CodeUnit(out[-1].first, unit.last, out[-1].node)
             elif small and not out:
@@ -184,8 +181,6 @@ class CodeChunker(PlannedChunker):
             pieces += split_range(source.view, (piece.start, piece.end), CODE_LEVELS, limits, atomic=True)
         groups = pack(source.view, pieces, limits, min_tokens=self.config.min_chunk_tokens)
         return [
-            Draft(
-                [(header.start, header.end), (g.pieces[0].start, g.pieces[-1].end)], self.name, header.start
-            )
+            Draft([(header.start, header.end), (g.pieces[0].start, g.pieces[-1].end)], self.name, header.start)
             for g in groups
         ]

@@ -55,10 +55,7 @@ class HeadingChunker(PlannedChunker):
         pieces = split_blocks(view, body, limits)
         groups = pack(view, pieces, limits, min_tokens=config.min_chunk_tokens)
         header = _merge_adjacent(header)
-        return [
-            Draft([*header, (g.pieces[0].start, g.pieces[-1].end)], self.name, g.pieces[0].start)
-            for g in groups
-        ]
+        return [Draft([*header, (g.pieces[0].start, g.pieces[-1].end)], self.name, g.pieces[0].start) for g in groups]
 
 
 def _heading_of(view: DocumentView, index: int) -> list[int]:

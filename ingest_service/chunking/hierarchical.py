@@ -42,9 +42,7 @@ class HierarchicalChunker(PlannedChunker):
                 parent = group.draft(self.name)
                 parent.kind = ChunkKind.PARENT
                 drafts.append(parent)
-                children = pack_drafts(
-                    view, group.pieces, child_limits, self.name, min_tokens=config.min_chunk_tokens
-                )
+                children = pack_drafts(view, group.pieces, child_limits, self.name, min_tokens=config.min_chunk_tokens)
                 for child in children:
                     child.parent = parent
                 drafts += children

@@ -24,9 +24,7 @@ class SemanticChunker(PlannedChunker):
 
     name = "semantic"
 
-    def __init__(
-        self, counter: TokenCounter, config: ChunkingConfig | None = None, *, embed: EmbedFunction
-    ) -> None:
+    def __init__(self, counter: TokenCounter, config: ChunkingConfig | None = None, *, embed: EmbedFunction) -> None:
         super().__init__(counter, config)
         self._embed = embed
 
@@ -37,9 +35,7 @@ class SemanticChunker(PlannedChunker):
         bounds = self._topic_bounds(view, sentences)
         drafts: list[Draft] = []
         for first, stop in pairwise(bounds):
-            drafts += pack_drafts(
-                view, sentences[first:stop], limits, self.name, min_tokens=config.min_chunk_tokens
-            )
+            drafts += pack_drafts(view, sentences[first:stop], limits, self.name, min_tokens=config.min_chunk_tokens)
         return drafts
 
     def similarities(self, texts: list[str]) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Tables: a TABLE block (a Markdown table) is one chunk when it fits in max_tokens. A larger
 one is split between rows; every part after the first starts with the header row and a
 compacted separator row ("|---|:---:|", as tokenizers count every dash); a single row too
-long for a part is cut by tokens, still under the header."""
+long for a part is cut by tokens, still under the header. A wide table's header (over half a
+chunk) is repeated with one-dash separators ("|-|:-:|") as long as it leaves room for a
+typical row, so that every row is still retrieved with the header that names its columns."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ragrpc.models import BlockKind
 
 _SEPARATOR_ROW = re.compile(r"\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*")
 _DASHES = re.compile(r"-{4,}")
+_ANY_DASHES = re.compile(r"-+")
 _SPACES = re.compile(r"[ \t]+")
 
 
@@ -39,9 +42,11 @@ def table_header(view: DocumentView, index: int) -> tuple[Range, Range] | None:
     return None
 
 
-def compact_header(view: DocumentView, header: tuple[Range, Range]) -> str:
+def compact_header(view: DocumentView, header: tuple[Range, Range], minimal: bool = False) -> str:
     (row_start, row_end), (sep_start, sep_end) = header
     separator = _SPACES.sub("", _DASHES.sub("---", view.text[sep_start:sep_end]))
+    if minimal:
+        separator = _ANY_DASHES.sub("-", separator)
     return f"{view.text[row_start:row_end]}\n{separator}"
 
 
@@ -73,24 +78,34 @@ class TableChunker(PlannedChunker):
         if view.count(start, end) <= self.config.max_tokens:
             return [Draft([(start, end)], self.name, start)]
         header = table_header(view, index)
-        repeated = compact_header(view, header) if header else ""
-        repeated_tokens = self.counter.count(repeated)
-        if header is None or repeated_tokens > self.config.chunk_size // 2:
+        repeated = self._repeated_header(view, header, end) if header else ""
+        if header is None or not repeated:
             pieces = split_range(view, (start, end), TABLE_LEVELS, self._limits())
             return pack_drafts(view, pieces, self._limits(), self.name)
-        limits = self._limits(repeated_tokens)
+        limits = self._limits(self.counter.count(repeated))
         rows = [
             piece
             for row in line_ranges(view.text, header[1][1], end)
             for piece in split_range(view, row, (), limits, atomic=True)
         ]
         first = self._first_rows(rows, view.count(start, header[1][1]))
-        drafts = [Draft([(start, rows[first - 1].end)], self.name, start)]
+        # No row fits under the table's own (uncompacted) header: every part gets the repeated one.
+        drafts = [Draft([(start, rows[first - 1].end)], self.name, start)] if first else []
         for group in pack(view, rows[first:], limits, min_tokens=self.config.min_chunk_tokens):
             drafts.append(
                 Draft([(group.pieces[0].start, group.pieces[-1].end)], self.name, start, prefix=repeated)
             )
         return drafts
+
+    def _repeated_header(self, view: DocumentView, header: tuple[Range, Range], end: int) -> str:
+        """The header to put on top of every part after the first; "" when it is too long to repeat."""
+        repeated = compact_header(view, header)
+        if self.counter.count(repeated) <= self.config.chunk_size // 2:
+            return repeated
+        minimal = compact_header(view, header, minimal=True)
+        rows = sorted(view.count(a, b) for a, b in line_ranges(view.text, header[1][1], end))
+        typical = rows[len(rows) // 2] if rows else 0  # a longer row (a footnote) is cut under the header
+        return minimal if self.counter.count(minimal) + typical < self.config.max_tokens else ""
 
     def _first_rows(self, rows: list[Piece], header_tokens: int) -> int:
         """How many rows go into the first part, under the table's own header."""
@@ -101,4 +116,4 @@ class TableChunker(PlannedChunker):
             if row.tokens > budget.hard:
                 break
             total, count = total + row.tokens, count + 1
-        return max(count, 1)
+        return count

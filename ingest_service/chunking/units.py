@@ -31,9 +31,7 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*")
 _NEWLINE = re.compile(r"\n")
 
 
-def _ranges_between(
-    text: str, start: int, end: int, cuts: Sequence[int], keep_indent: bool = False
-) -> list[Range]:
+def _ranges_between(text: str, start: int, end: int, cuts: Sequence[int], keep_indent: bool = False) -> list[Range]:
     """The trimmed ranges between cuts; with keep_indent a range that starts a line keeps
     the line's indentation (code)."""
     out: list[Range] = []
@@ -88,9 +86,7 @@ def sentence_ranges(text: str, start: int, end: int) -> list[Range]:
     """Sentences of text[start:end] (trimmed). Ends at . ! ? (and closing quotes or
     brackets) followed by space and not lowercase, except after abbreviations, initials and
     list numbers; also at blank lines and at lines starting with a list marker."""
-    cuts = [
-        m.end() for m in _BREAK.finditer(text, start, end) if m.group("hard") or _ends_sentence(text, m, end)
-    ]
+    cuts = [m.end() for m in _BREAK.finditer(text, start, end) if m.group("hard") or _ends_sentence(text, m, end)]
     return _ranges_between(text, start, end, cuts)
 
 
@@ -169,9 +165,7 @@ def split_block(view: DocumentView, index: int, limits: Limits, to_sentences: bo
     return split_range(view, view.block_span(index), levels, limits, force)
 
 
-def split_blocks(
-    view: DocumentView, blocks: Sequence[int], limits: Limits, to_sentences: bool = False
-) -> list[Piece]:
+def split_blocks(view: DocumentView, blocks: Sequence[int], limits: Limits, to_sentences: bool = False) -> list[Piece]:
     return [p for index in blocks for p in split_block(view, index, limits, to_sentences)]
 
 
@@ -265,11 +259,7 @@ def pack(
     current = Group()
     for piece in pieces:
         total = current.tokens + piece.tokens
-        if (
-            current.own
-            and total > limits.size
-            and not (total <= limits.hard and _may_grow(view, current, min_tokens))
-        ):
+        if current.own and total > limits.size and not (total <= limits.hard and _may_grow(view, current, min_tokens)):
             headings = _pop_trailing_headings(view, current, limits.hard - piece.tokens)
             groups.append(current)
             if headings:
@@ -279,11 +269,7 @@ def pack(
         current.add(piece)
     if current.own:
         last = groups[-1] if groups else None
-        if (
-            last is not None
-            and current.own_tokens < min_tokens
-            and last.tokens + current.own_tokens <= limits.hard
-        ):
+        if last is not None and current.own_tokens < min_tokens and last.tokens + current.own_tokens <= limits.hard:
             for piece in current.own:
                 last.add(piece)
         else:

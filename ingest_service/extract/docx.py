@@ -13,8 +13,6 @@ from __future__ import annotations
 import io
 import logging
 import re
-import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,17 +21,18 @@ import docx
 from lxml import etree
 
 from ingest_service.extract.base import MEDIA_DOCX, ExtractionLimits, SectionTracker, markdown_table
-from ragrpc.errors import DocumentParseError, LimitExceededError
+from ingest_service.extract.docx_archive import check_zip_limits, is_strict_ooxml
+from ragrpc.errors import DocumentParseError
 from ragrpc.models import Block, BlockKind, DocumentMetadata, ExtractedDocument
+
+__all__ = ["DocxExtractor", "check_zip_limits", "list_marker"]
 
 logger = logging.getLogger(__name__)
 
 _W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _M = "http://schemas.openxmlformats.org/officeDocument/2006/math"
 _MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
-_STRICT_W = "http://purl.oclc.org/ooxml/wordprocessingml/main"
 _HEADING_NAME = re.compile(r"^(?:heading|überschrift|titre|titolo|encabezado|kop)\s*(\d)$", re.IGNORECASE)
-_RATIO_GUARD_FROM_BYTES = 20 * 1024 * 1024  # small archives cannot be bombs, whatever their ratio
 
 
 def _w(tag: str) -> str:
@@ -46,60 +45,9 @@ def _wval(element: Any, path: str) -> str | None:
     return found.get(_w("val")) if found is not None else None
 
 
-def check_zip_limits(data: bytes, limits: ExtractionLimits) -> None:
-    """Reject decompression bombs before anything is inflated (declared sizes are enforced
-    by zipfile when reading, so checking them is sound)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            infos = archive.infolist()
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise DocumentParseError(f"the .docx file is not a valid zip archive: {exc}") from exc
-    if len(infos) > limits.max_zip_entries:
-        raise LimitExceededError(
-            f"the .docx archive has {len(infos)} entries (limit {limits.max_zip_entries})"
-        )
-    total = sum(info.file_size for info in infos)
-    packed = max(1, sum(info.compress_size for info in infos))
-    if total > limits.max_docx_uncompressed_bytes:
-        raise LimitExceededError(
-            f"the .docx file would inflate to {total} bytes (limit {limits.max_docx_uncompressed_bytes}); "
-            "refusing a possible decompression bomb"
-        )
-    if total > _RATIO_GUARD_FROM_BYTES and total / packed > limits.max_docx_compression_ratio:
-        raise LimitExceededError(
-            f"the .docx file has a compression ratio of {total / packed:.0f} "
-            f"(limit {limits.max_docx_compression_ratio:.0f}); refusing a possible decompression bomb"
-        )
-    _verify_entries(data)
-
-
-_VERIFY_PIECE = 1024 * 1024
-
-
-def _verify_entries(data: bytes) -> None:
-    """Inflates every entry in bounded pieces, checking its CRC. An archive whose headers lie
-    about an entry's size would otherwise be inflated in one piece of up to 2 GiB by
-    `ZipFile.read` (python-docx reads whole parts) before its CRC check fails; entries with an
-    unsupported compression method or encryption are refused here too."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            for info in archive.infolist():
-                with archive.open(info) as member:
-                    while member.read(_VERIFY_PIECE):
-                        pass
-    except (
-        zipfile.BadZipFile,
-        zlib.error,
-        NotImplementedError,
-        RuntimeError,
-        EOFError,
-        ValueError,
-        OSError,
-    ) as exc:
-        raise DocumentParseError(f"the .docx archive is damaged: {type(exc).__name__}: {exc}") from exc
-
-
 @dataclass
+
+
 class _StyleInfo:
     name: str = ""
     outline_level: int | None = None
@@ -223,6 +171,8 @@ def _text_boxes(paragraph: Any) -> list[Any]:
 
 
 @dataclass
+
+
 class _BodyReader:
     styles: dict[str, _StyleInfo]
     numbering: dict[tuple[str, int], tuple[str, int]]
@@ -365,21 +315,8 @@ def _open(data: bytes) -> Any:
     try:
         return docx.Document(io.BytesIO(data))
     except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors...
-        hint = " (it is ISO/IEC 29500 Strict Open XML, which is not supported)" if _is_strict(data) else ""
+        hint = " (it is ISO/IEC 29500 Strict Open XML, which is not supported)" if is_strict_ooxml(data) else ""
         raise DocumentParseError(f"cannot read this .docx file{hint}: {type(exc).__name__}: {exc}") from exc
-
-
-def _is_strict(data: bytes) -> bool:
-    """Whether word/document.xml uses the Strict namespace (only a hint for the error message:
-    reading the archive again may fail the same way, which must not escape)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            if "word/document.xml" not in archive.namelist():
-                return False
-            with archive.open("word/document.xml") as member:
-                return _STRICT_W.encode() in member.read(4096)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 class DocxExtractor:

@@ -37,8 +37,7 @@ class IndexConfig:
             return {"nlist": self.ivf_nlist}
         if self.index_type == "FLAT":
             return {}
-        raise errors.PreconditionError(
-            f"unsupported index type {self.index_type!r}; use FLAT, IVF_FLAT or HNSW")
+        raise errors.PreconditionError(f"unsupported index type {self.index_type!r}; use FLAT, IVF_FLAT or HNSW")
 
     def search_params(self, limit: int) -> dict[str, Any]:
         if self.index_type == "HNSW":
@@ -75,7 +74,8 @@ class CollectionSetup:
             if not create:
                 raise errors.PreconditionError(
                     f"collection {self._names.documents} does not exist yet; start the ingest service first",
-                    reason="COLLECTION_MISSING")
+                    reason="COLLECTION_MISSING",
+                )
             self._create_registry(client)
         client.load_collection(self._names.documents)
         self._check_model(client, model_id, dimension, create=create)
@@ -83,7 +83,8 @@ class CollectionSetup:
             if not create:
                 raise errors.PreconditionError(
                     f"collection {self._names.chunks} does not exist yet; start the ingest service first",
-                    reason="COLLECTION_MISSING")
+                    reason="COLLECTION_MISSING",
+                )
             self._create_chunks(client, dimension)
         if not client.has_collection(self._names.jobs):
             if create:
@@ -91,8 +92,13 @@ class CollectionSetup:
         for name in (self._names.chunks, self._names.jobs):
             if client.has_collection(name):
                 client.load_collection(name)
-        self._conn.keep_loaded(*(name for name in (self._names.documents, self._names.chunks, self._names.jobs)
-                                 if client.has_collection(name)))
+        self._conn.keep_loaded(
+            *(
+                name
+                for name in (self._names.documents, self._names.chunks, self._names.jobs)
+                if client.has_collection(name)
+            )
+        )
         self.bm25_supported = self._has_sparse_field(client)
 
     def _check_model(self, client: Any, model_id: str, dimension: int, *, create: bool) -> None:
@@ -121,8 +127,15 @@ class CollectionSetup:
 
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field(s.DOC_KEY, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.DOC_KEY], is_primary=True)
-        for name in (s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.CONTENT_HASH, s.SOURCE, s.GENERATION,
-                     s.PENDING_GENERATION):
+        for name in (
+            s.TENANT,
+            s.COLLECTION,
+            s.DOCUMENT_ID,
+            s.CONTENT_HASH,
+            s.SOURCE,
+            s.GENERATION,
+            s.PENDING_GENERATION,
+        ):
             schema.add_field(name, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[name])
         schema.add_field(s.STATE, DataType.INT8)
         schema.add_field(s.UPDATED_AT, DataType.INT64)
@@ -130,8 +143,7 @@ class CollectionSetup:
         schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
         index = client.prepare_index_params()
         index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
-        client.create_collection(self._names.documents, schema=schema, index_params=index,
-                                 consistency_level="Strong")
+        client.create_collection(self._names.documents, schema=schema, index_params=index, consistency_level="Strong")
         logger.info("created collection %s", self._names.documents)
 
     def _create_jobs(self, client: Any) -> None:
@@ -159,36 +171,55 @@ class CollectionSetup:
     def _create_chunks_with(self, client: Any, dimension: int, *, bm25: bool) -> None:
         from pymilvus import DataType, Function, FunctionType
 
-        schema = client.create_schema(auto_id=False, enable_dynamic_field=False,
-                                      description=json.dumps({"ragrpc_schema": 1}))
+        schema = client.create_schema(
+            auto_id=False, enable_dynamic_field=False, description=json.dumps({"ragrpc_schema": 1})
+        )
         schema.add_field(s.CHUNK_ID, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.CHUNK_ID], is_primary=True)
         schema.add_field(s.TENANT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TENANT], is_partition_key=True)
         text_kwargs = {"enable_analyzer": True, "analyzer_params": {"type": "standard"}} if bm25 else {}
         schema.add_field(s.TEXT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TEXT], **text_kwargs)
-        for name in (s.COLLECTION, s.DOCUMENT_ID, s.GENERATION, s.SOURCE, s.TITLE, s.MEDIA_TYPE,
-                     s.SECTION_PATH, s.CHUNKER, s.PARENT_ID, s.CONTENT_HASH):
+        for name in (
+            s.COLLECTION,
+            s.DOCUMENT_ID,
+            s.GENERATION,
+            s.SOURCE,
+            s.TITLE,
+            s.MEDIA_TYPE,
+            s.SECTION_PATH,
+            s.CHUNKER,
+            s.PARENT_ID,
+            s.CONTENT_HASH,
+        ):
             schema.add_field(name, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[name])
         for name in (s.PAGE_START, s.PAGE_END, s.CHUNK_INDEX):
             schema.add_field(name, DataType.INT32)
         schema.add_field(s.KIND, DataType.INT8)
         schema.add_field(s.DOC_DATE, DataType.INT64)
         schema.add_field(s.CREATED_AT, DataType.INT64)
-        schema.add_field(s.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR,
-                         max_capacity=s.MAX_TAGS, max_length=s.MAX_TAG_LENGTH)
+        schema.add_field(
+            s.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=s.MAX_TAGS, max_length=s.MAX_TAG_LENGTH
+        )
         schema.add_field(s.METADATA, DataType.JSON)
         schema.add_field(s.DENSE, DataType.FLOAT_VECTOR, dim=dimension)
         index = client.prepare_index_params()
-        index.add_index(s.DENSE, index_type=self._index.index_type, metric_type="COSINE",
-                        params=self._index.build_params())
+        index.add_index(
+            s.DENSE, index_type=self._index.index_type, metric_type="COSINE", params=self._index.build_params()
+        )
         if bm25:
             schema.add_field(s.SPARSE, DataType.SPARSE_FLOAT_VECTOR)
-            schema.add_function(Function(name="text_bm25", function_type=FunctionType.BM25,
-                                         input_field_names=[s.TEXT], output_field_names=[s.SPARSE]))
+            schema.add_function(
+                Function(
+                    name="text_bm25",
+                    function_type=FunctionType.BM25,
+                    input_field_names=[s.TEXT],
+                    output_field_names=[s.SPARSE],
+                )
+            )
             index.add_index(s.SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        client.create_collection(self._names.chunks, schema=schema, index_params=index,
-                                 consistency_level="Strong")
-        logger.info("created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension,
-                    self._index.index_type, bm25)
+        client.create_collection(self._names.chunks, schema=schema, index_params=index, consistency_level="Strong")
+        logger.info(
+            "created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension, self._index.index_type, bm25
+        )
 
     def _has_sparse_field(self, client: Any) -> bool:
         if not client.has_collection(self._names.chunks):
@@ -199,7 +230,15 @@ class CollectionSetup:
 
 def _registry_row_defaults() -> dict[str, Any]:
     return {
-        s.TENANT: "", s.COLLECTION: "", s.DOCUMENT_ID: "", s.CONTENT_HASH: "", s.SOURCE: "",
-        s.GENERATION: "", s.PENDING_GENERATION: "", s.STATE: 0, s.UPDATED_AT: 0, s.RECORD: {},
+        s.TENANT: "",
+        s.COLLECTION: "",
+        s.DOCUMENT_ID: "",
+        s.CONTENT_HASH: "",
+        s.SOURCE: "",
+        s.GENERATION: "",
+        s.PENDING_GENERATION: "",
+        s.STATE: 0,
+        s.UPDATED_AT: 0,
+        s.RECORD: {},
         s.REGISTRY_VECTOR: [1.0, 0.0],
     }

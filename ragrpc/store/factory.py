@@ -23,13 +23,19 @@ class MilvusStores:
 
 
 def index_config(settings: Settings) -> IndexConfig:
-    return IndexConfig(index_type=settings.index_type.upper(), hnsw_m=settings.hnsw_m,
-                       hnsw_ef_construction=settings.hnsw_ef_construction, hnsw_ef=settings.hnsw_ef,
-                       ivf_nlist=settings.ivf_nlist, ivf_nprobe=settings.ivf_nprobe)
+    return IndexConfig(
+        index_type=settings.index_type.upper(),
+        hnsw_m=settings.hnsw_m,
+        hnsw_ef_construction=settings.hnsw_ef_construction,
+        hnsw_ef=settings.hnsw_ef,
+        ivf_nlist=settings.ivf_nlist,
+        ivf_nprobe=settings.ivf_nprobe,
+    )
 
 
-def open_milvus_stores(settings: Settings, *, model_id: str, dimension: int, writer: bool,
-                       wait_s: float = 60.0) -> MilvusStores:
+def open_milvus_stores(
+    settings: Settings, *, model_id: str, dimension: int, writer: bool, wait_s: float = 60.0
+) -> MilvusStores:
     """Connects (waiting up to wait_s for the server), ensures the collections (only the writer
     creates them) and checks the embedding model recorded on them."""
     connection = MilvusConnection(settings.milvus_uri, settings.milvus_token, settings.store_timeout_s)
@@ -48,5 +54,6 @@ def open_milvus_stores(settings: Settings, *, model_id: str, dimension: int, wri
                 raise
             logging.getLogger(__name__).info("waiting for the collections: %s", exc.message)
             time.sleep(1.0)
-    return MilvusStores(connection, setup, MilvusChunkStore(connection, names, index, setup),
-                        MilvusDocumentRegistry(connection, names))
+    return MilvusStores(
+        connection, setup, MilvusChunkStore(connection, names, index, setup), MilvusDocumentRegistry(connection, names)
+    )

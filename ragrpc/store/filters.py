@@ -38,18 +38,22 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 DEFAULT_MAX_VALUES = 1024  # values in one `in` / `array_contains_any` list
 
-DEFAULT_MAX_LENGTHS: Mapping[str, int] = MappingProxyType(
-    {**schema.VARCHAR_LIMITS, schema.TAGS: schema.MAX_TAG_LENGTH}
-)
+DEFAULT_MAX_LENGTHS: Mapping[str, int] = MappingProxyType({**schema.VARCHAR_LIMITS, schema.TAGS: schema.MAX_TAG_LENGTH})
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPE_PATTERN = re.compile(r'[\\"\n\r\t]')
-_COMPARISONS: Mapping[str, Callable[[Any, Any], Any]] = MappingProxyType({
-    "==": operator.eq, "!=": operator.ne, ">": operator.gt,
-    ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-})
+_COMPARISONS: Mapping[str, Callable[[Any, Any], Any]] = MappingProxyType(
+    {
+        "==": operator.eq,
+        "!=": operator.ne,
+        ">": operator.gt,
+        ">=": operator.ge,
+        "<": operator.lt,
+        "<=": operator.le,
+    }
+)
 
 
 def quote_string(value: str) -> str:
@@ -334,8 +338,14 @@ def _relabel(field_path: str) -> Iterator[None]:
 
 
 DEFAULT_BUILDER = FilterBuilder()  # immutable; these functions build for schema.FILTERABLE_FIELDS
-eq, ne, gt, gte, lt, lte = (DEFAULT_BUILDER.eq, DEFAULT_BUILDER.ne, DEFAULT_BUILDER.gt, DEFAULT_BUILDER.gte,
-                            DEFAULT_BUILDER.lt, DEFAULT_BUILDER.lte)
+eq, ne, gt, gte, lt, lte = (
+    DEFAULT_BUILDER.eq,
+    DEFAULT_BUILDER.ne,
+    DEFAULT_BUILDER.gt,
+    DEFAULT_BUILDER.gte,
+    DEFAULT_BUILDER.lt,
+    DEFAULT_BUILDER.lte,
+)
 in_, contains_any = DEFAULT_BUILDER.in_, DEFAULT_BUILDER.contains_any
 and_, or_ = DEFAULT_BUILDER.and_, DEFAULT_BUILDER.or_
 

@@ -23,15 +23,28 @@ _QUERY_LIMIT = 16384
 
 def chunk_to_row(chunk: ChunkRecord) -> dict[str, Any]:
     return {
-        s.CHUNK_ID: chunk.chunk_id, s.TENANT: chunk.tenant, s.COLLECTION: chunk.collection,
-        s.DOCUMENT_ID: chunk.document_id, s.GENERATION: chunk.generation, s.TEXT: chunk.text,
-        s.SOURCE: chunk.source[: s.VARCHAR_LIMITS[s.SOURCE]], s.TITLE: chunk.title[: s.VARCHAR_LIMITS[s.TITLE]],
-        s.MEDIA_TYPE: chunk.media_type, s.PAGE_START: chunk.page_start, s.PAGE_END: chunk.page_end,
+        s.CHUNK_ID: chunk.chunk_id,
+        s.TENANT: chunk.tenant,
+        s.COLLECTION: chunk.collection,
+        s.DOCUMENT_ID: chunk.document_id,
+        s.GENERATION: chunk.generation,
+        s.TEXT: chunk.text,
+        s.SOURCE: chunk.source[: s.VARCHAR_LIMITS[s.SOURCE]],
+        s.TITLE: chunk.title[: s.VARCHAR_LIMITS[s.TITLE]],
+        s.MEDIA_TYPE: chunk.media_type,
+        s.PAGE_START: chunk.page_start,
+        s.PAGE_END: chunk.page_end,
         s.SECTION_PATH: s.SECTION_SEPARATOR.join(chunk.section_path)[: s.VARCHAR_LIMITS[s.SECTION_PATH]],
-        s.CHUNK_INDEX: chunk.chunk_index, s.CHUNKER: chunk.chunker, s.KIND: int(chunk.kind),
-        s.PARENT_ID: chunk.parent_id, s.CONTENT_HASH: chunk.content_hash,
-        s.TAGS: [t[: s.MAX_TAG_LENGTH] for t in chunk.tags[: s.MAX_TAGS]], s.DOC_DATE: chunk.doc_date,
-        s.CREATED_AT: chunk.created_at, s.METADATA: chunk.metadata, s.DENSE: list(map(float, chunk.vector)),
+        s.CHUNK_INDEX: chunk.chunk_index,
+        s.CHUNKER: chunk.chunker,
+        s.KIND: int(chunk.kind),
+        s.PARENT_ID: chunk.parent_id,
+        s.CONTENT_HASH: chunk.content_hash,
+        s.TAGS: [t[: s.MAX_TAG_LENGTH] for t in chunk.tags[: s.MAX_TAGS]],
+        s.DOC_DATE: chunk.doc_date,
+        s.CREATED_AT: chunk.created_at,
+        s.METADATA: chunk.metadata,
+        s.DENSE: list(map(float, chunk.vector)),
     }
 
 
@@ -40,23 +53,37 @@ def row_to_chunk(row: dict[str, Any]) -> ChunkRecord:
     section = entity.get(s.SECTION_PATH) or ""
     vector = entity.get(s.DENSE)
     return ChunkRecord(
-        chunk_id=entity[s.CHUNK_ID], document_id=entity[s.DOCUMENT_ID], tenant=entity[s.TENANT],
-        collection=entity[s.COLLECTION], generation=entity[s.GENERATION], text=entity[s.TEXT],
-        vector=list(vector) if vector is not None else [], chunk_index=int(entity[s.CHUNK_INDEX]),
-        chunker=entity[s.CHUNKER], source=entity[s.SOURCE], title=entity[s.TITLE],
-        media_type=entity[s.MEDIA_TYPE], page_start=int(entity[s.PAGE_START]), page_end=int(entity[s.PAGE_END]),
+        chunk_id=entity[s.CHUNK_ID],
+        document_id=entity[s.DOCUMENT_ID],
+        tenant=entity[s.TENANT],
+        collection=entity[s.COLLECTION],
+        generation=entity[s.GENERATION],
+        text=entity[s.TEXT],
+        vector=list(vector) if vector is not None else [],
+        chunk_index=int(entity[s.CHUNK_INDEX]),
+        chunker=entity[s.CHUNKER],
+        source=entity[s.SOURCE],
+        title=entity[s.TITLE],
+        media_type=entity[s.MEDIA_TYPE],
+        page_start=int(entity[s.PAGE_START]),
+        page_end=int(entity[s.PAGE_END]),
         section_path=tuple(section.split(s.SECTION_SEPARATOR)) if section else (),
-        kind=ChunkKind(int(entity[s.KIND])), parent_id=entity[s.PARENT_ID], content_hash=entity[s.CONTENT_HASH],
-        tags=tuple(entity.get(s.TAGS) or ()), doc_date=int(entity[s.DOC_DATE]),
-        created_at=int(entity[s.CREATED_AT]), metadata=dict(entity.get(s.METADATA) or {}),
+        kind=ChunkKind(int(entity[s.KIND])),
+        parent_id=entity[s.PARENT_ID],
+        content_hash=entity[s.CONTENT_HASH],
+        tags=tuple(entity.get(s.TAGS) or ()),
+        doc_date=int(entity[s.DOC_DATE]),
+        created_at=int(entity[s.CREATED_AT]),
+        metadata=dict(entity.get(s.METADATA) or {}),
     )
 
 
 class MilvusChunkStore:
     """ChunkStore over the `<prefix>_chunks` collection."""
 
-    def __init__(self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig,
-                 setup: CollectionSetup) -> None:
+    def __init__(
+        self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig, setup: CollectionSetup
+    ) -> None:
         self._conn = connection
         self._names = names
         self._index = index
@@ -75,13 +102,13 @@ class MilvusChunkStore:
     @translate_errors
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
-            rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
+            rows = [chunk_to_row(c) for c in chunks[start : start + _INSERT_BATCH]]
             self._write("insert", rows)
 
     @translate_errors
     def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
-            rows = [chunk_to_row(c) for c in chunks[start:start + _INSERT_BATCH]]
+            rows = [chunk_to_row(c) for c in chunks[start : start + _INSERT_BATCH]]
             self._write("upsert", rows)
 
     @translate_errors
@@ -95,18 +122,26 @@ class MilvusChunkStore:
         return int(rows[0]["count(*)"]) if rows else 0
 
     @translate_errors
-    def query_chunks(self, expr: FilterExpr, limit: int = _QUERY_LIMIT, with_vectors: bool = False) -> list[ChunkRecord]:
+    def query_chunks(
+        self, expr: FilterExpr, limit: int = _QUERY_LIMIT, with_vectors: bool = False
+    ) -> list[ChunkRecord]:
         fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
-        rows = self._conn.call(lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields,
-                                                 limit=limit))
+        rows = self._conn.call(
+            lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields, limit=limit)
+        )
         return [row_to_chunk(r) for r in rows]
 
     def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
         """All chunks matching expr, in batches (no vectors), via a query iterator."""
         try:
-            iterator = self._conn.call(lambda c: c.query_iterator(
-                self._names.chunks, batch_size=batch_size, filter=expr.render(),
-                output_fields=list(s.CHUNK_OUTPUT_FIELDS)))
+            iterator = self._conn.call(
+                lambda c: c.query_iterator(
+                    self._names.chunks,
+                    batch_size=batch_size,
+                    filter=expr.render(),
+                    output_fields=list(s.CHUNK_OUTPUT_FIELDS),
+                )
+            )
         except Exception as exc:  # noqa: BLE001
             raise translate_exception(exc, "scan_chunks") from exc
         try:
@@ -124,9 +159,17 @@ class MilvusChunkStore:
     @translate_errors
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
         params = self._index.search_params(limit)
-        result = self._conn.call(lambda c: c.search(
-            self._names.chunks, data=[np.asarray(vector, dtype=np.float32).tolist()], anns_field=s.DENSE,
-            filter=expr.render(), limit=limit, output_fields=list(s.CHUNK_OUTPUT_FIELDS), search_params=params))
+        result = self._conn.call(
+            lambda c: c.search(
+                self._names.chunks,
+                data=[np.asarray(vector, dtype=np.float32).tolist()],
+                anns_field=s.DENSE,
+                filter=expr.render(),
+                limit=limit,
+                output_fields=list(s.CHUNK_OUTPUT_FIELDS),
+                search_params=params,
+            )
+        )
         hits: list[ScoredChunk] = []
         for hit in result[0] if result else []:
             score = float(hit["distance"])
@@ -138,10 +181,19 @@ class MilvusChunkStore:
         if not self.supports_bm25:
             raise errors.PreconditionError(
                 "this Milvus server has no BM25 function (Milvus < 2.5); set RAGRPC_SPARSE_BACKEND=rank_bm25",
-                reason="BM25_UNSUPPORTED")
-        result = self._conn.call(lambda c: c.search(
-            self._names.chunks, data=[query], anns_field=s.SPARSE, filter=expr.render(), limit=limit,
-            output_fields=list(s.CHUNK_OUTPUT_FIELDS), search_params={"metric_type": "BM25"}))
+                reason="BM25_UNSUPPORTED",
+            )
+        result = self._conn.call(
+            lambda c: c.search(
+                self._names.chunks,
+                data=[query],
+                anns_field=s.SPARSE,
+                filter=expr.render(),
+                limit=limit,
+                output_fields=list(s.CHUNK_OUTPUT_FIELDS),
+                search_params={"metric_type": "BM25"},
+            )
+        )
         hits: list[ScoredChunk] = []
         for hit in result[0] if result else []:
             # milvus-lite reports BM25 as a negative distance; Milvus proper as a positive score.

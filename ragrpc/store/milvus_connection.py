@@ -22,8 +22,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _UNAVAILABLE_HINTS = (
-    "connect", "unavailable", "deadline", "timeout", "timed out", "socket closed", "connection refused",
-    "failed to connect", "not ready", "closed channel", "goaway", "broken pipe", "reset by peer",
+    "connect",
+    "unavailable",
+    "deadline",
+    "timeout",
+    "timed out",
+    "socket closed",
+    "connection refused",
+    "failed to connect",
+    "not ready",
+    "closed channel",
+    "goaway",
+    "broken pipe",
+    "reset by peer",
 )
 
 
@@ -48,7 +59,9 @@ def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
     if _looks_unavailable(exc):
         return errors.UnavailableError(
             f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
-            retry_after_s=2.0, reason="STORE_UNAVAILABLE")
+            retry_after_s=2.0,
+            reason="STORE_UNAVAILABLE",
+        )
     return errors.InternalError(f"vector store call {operation} failed: {exc}")
 
 
@@ -99,7 +112,8 @@ class MilvusConnection:
         except Exception as exc:  # noqa: BLE001
             raise errors.UnavailableError(
                 f"cannot connect to the vector store at {self.uri}: {exc}",
-                retry_after_s=2.0, reason="STORE_UNAVAILABLE",
+                retry_after_s=2.0,
+                reason="STORE_UNAVAILABLE",
             ) from exc
 
     def reset(self) -> None:

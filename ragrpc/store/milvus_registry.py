@@ -13,8 +13,19 @@ from ragrpc.store.collections import CollectionNames
 from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
 
-_SCALAR_COLUMNS = (s.DOC_KEY, s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.CONTENT_HASH, s.SOURCE,
-                   s.GENERATION, s.PENDING_GENERATION, s.STATE, s.UPDATED_AT, s.RECORD)
+_SCALAR_COLUMNS = (
+    s.DOC_KEY,
+    s.TENANT,
+    s.COLLECTION,
+    s.DOCUMENT_ID,
+    s.CONTENT_HASH,
+    s.SOURCE,
+    s.GENERATION,
+    s.PENDING_GENERATION,
+    s.STATE,
+    s.UPDATED_AT,
+    s.RECORD,
+)
 _QUERY_LIMIT = 16384
 
 _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
@@ -24,11 +35,18 @@ def record_to_row(record: DocumentRecord) -> dict[str, Any]:
     body = dataclasses.asdict(record)
     body["state"] = int(record.state)
     return {
-        s.DOC_KEY: record.key, s.TENANT: record.tenant, s.COLLECTION: record.collection,
-        s.DOCUMENT_ID: record.document_id, s.CONTENT_HASH: record.content_hash,
-        s.SOURCE: record.source[: s.VARCHAR_LIMITS[s.SOURCE]], s.GENERATION: record.generation,
-        s.PENDING_GENERATION: record.pending_generation, s.STATE: int(record.state),
-        s.UPDATED_AT: int(record.updated_at), s.RECORD: body, s.REGISTRY_VECTOR: [1.0, 0.0],
+        s.DOC_KEY: record.key,
+        s.TENANT: record.tenant,
+        s.COLLECTION: record.collection,
+        s.DOCUMENT_ID: record.document_id,
+        s.CONTENT_HASH: record.content_hash,
+        s.SOURCE: record.source[: s.VARCHAR_LIMITS[s.SOURCE]],
+        s.GENERATION: record.generation,
+        s.PENDING_GENERATION: record.pending_generation,
+        s.STATE: int(record.state),
+        s.UPDATED_AT: int(record.updated_at),
+        s.RECORD: body,
+        s.REGISTRY_VECTOR: [1.0, 0.0],
     }
 
 
@@ -58,8 +76,9 @@ class MilvusDocumentRegistry:
     def get_many(self, keys: list[str]) -> dict[str, DocumentRecord]:
         if not keys:
             return {}
-        rows = self._conn.call(lambda c: c.get(self._names.documents, ids=list(keys),
-                                               output_fields=list(_SCALAR_COLUMNS)))
+        rows = self._conn.call(
+            lambda c: c.get(self._names.documents, ids=list(keys), output_fields=list(_SCALAR_COLUMNS))
+        )
         return {row[s.DOC_KEY]: row_to_record(row) for row in rows if row[s.DOC_KEY] != s.MODEL_INFO_KEY}
 
     @translate_errors
@@ -75,14 +94,20 @@ class MilvusDocumentRegistry:
 
     @translate_errors
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
-        expr = _REGISTRY_FILTER.and_(_REGISTRY_FILTER.eq(s.TENANT, tenant), _REGISTRY_FILTER.eq(s.COLLECTION, collection),
-                      _REGISTRY_FILTER.eq(s.CONTENT_HASH, content_hash)).render()
+        expr = _REGISTRY_FILTER.and_(
+            _REGISTRY_FILTER.eq(s.TENANT, tenant),
+            _REGISTRY_FILTER.eq(s.COLLECTION, collection),
+            _REGISTRY_FILTER.eq(s.CONTENT_HASH, content_hash),
+        ).render()
         return self._query(expr)
 
     @translate_errors
     def list_keys(self, expr: FilterExpr) -> list[str]:
-        rows = self._conn.call(lambda c: c.query(self._names.documents, filter=expr.render(),
-                                                 output_fields=[s.DOC_KEY], limit=_QUERY_LIMIT))
+        rows = self._conn.call(
+            lambda c: c.query(
+                self._names.documents, filter=expr.render(), output_fields=[s.DOC_KEY], limit=_QUERY_LIMIT
+            )
+        )
         return sorted(row[s.DOC_KEY] for row in rows if row[s.DOC_KEY] != s.MODEL_INFO_KEY)
 
     @translate_errors
@@ -94,15 +119,23 @@ class MilvusDocumentRegistry:
         return self._query(_REGISTRY_FILTER.gt(s.UPDATED_AT, int(updated_after)).render())
 
     def _query(self, expr: str) -> list[DocumentRecord]:
-        rows = self._conn.call(lambda c: c.query(self._names.documents, filter=expr,
-                                                 output_fields=list(_SCALAR_COLUMNS), limit=_QUERY_LIMIT))
+        rows = self._conn.call(
+            lambda c: c.query(
+                self._names.documents, filter=expr, output_fields=list(_SCALAR_COLUMNS), limit=_QUERY_LIMIT
+            )
+        )
         return [row_to_record(r) for r in rows if r[s.DOC_KEY] != s.MODEL_INFO_KEY]
 
     @translate_errors
     def put_job(self, job: IngestJobRecord) -> None:
         job.updated_at = time.time()
-        row = {s.JOB_ID: job.job_id, s.TENANT: job.tenant, s.UPDATED_AT: int(job.updated_at),
-               s.RECORD: dataclasses.asdict(job), s.REGISTRY_VECTOR: [1.0, 0.0]}
+        row = {
+            s.JOB_ID: job.job_id,
+            s.TENANT: job.tenant,
+            s.UPDATED_AT: int(job.updated_at),
+            s.RECORD: dataclasses.asdict(job),
+            s.REGISTRY_VECTOR: [1.0, 0.0],
+        }
         self._conn.write(lambda c: c.upsert(self._names.jobs, [row]))
 
     @translate_errors

@@ -64,9 +64,27 @@ FILTERABLE_FIELDS: dict[str, type] = {
 
 # Output fields of a search (everything but the vectors).
 CHUNK_OUTPUT_FIELDS = [
-    CHUNK_ID, TENANT, COLLECTION, DOCUMENT_ID, GENERATION, TEXT, SOURCE, TITLE, MEDIA_TYPE,
-    PAGE_START, PAGE_END, SECTION_PATH, CHUNK_INDEX, CHUNKER, KIND, PARENT_ID, CONTENT_HASH,
-    TAGS, DOC_DATE, CREATED_AT, METADATA,
+    CHUNK_ID,
+    TENANT,
+    COLLECTION,
+    DOCUMENT_ID,
+    GENERATION,
+    TEXT,
+    SOURCE,
+    TITLE,
+    MEDIA_TYPE,
+    PAGE_START,
+    PAGE_END,
+    SECTION_PATH,
+    CHUNK_INDEX,
+    CHUNKER,
+    KIND,
+    PARENT_ID,
+    CONTENT_HASH,
+    TAGS,
+    DOC_DATE,
+    CREATED_AT,
+    METADATA,
 ]
 
 # --- document registry fields ------------------------------------------------------

@@ -68,7 +68,7 @@ class InMemoryChunkStore:
     def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
         found = self.query_chunks(expr, limit=10**9)
         for start in range(0, len(found), batch_size):
-            yield found[start:start + batch_size]
+            yield found[start : start + batch_size]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
         candidates = self._matching(expr)
@@ -115,8 +115,11 @@ class InMemoryDocumentRegistry:
             return [copy.deepcopy(d) for d in self._docs.values()]
 
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
-        return [d for d in self._all()
-                if d.tenant == tenant and d.collection == collection and d.content_hash == content_hash]
+        return [
+            d
+            for d in self._all()
+            if d.tenant == tenant and d.collection == collection and d.content_hash == content_hash
+        ]
 
     def list_keys(self, expr: FilterExpr) -> list[str]:
         rows = [(d.key, {**dataclasses.asdict(d), "state": int(d.state), "doc_key": d.key}) for d in self._all()]

@@ -23,17 +23,29 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _stack(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "stack.sh"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 @pytest.fixture(scope="module")
 def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     data = tmp_path_factory.mktemp("stack")
-    env = {**os.environ, "RAGRPC_DATA_DIR": str(data), "RAGRPC_MILVUS_PORT": str(free_port()),
-           "RAGRPC_INGEST_PORT": str(free_port()), "RAGRPC_QUERY_PORT": str(free_port()),
-           "RAGRPC_INGEST_METRICS_PORT": str(free_port()), "RAGRPC_QUERY_METRICS_PORT": str(free_port()),
-           "VENV": str(Path(sys.executable).parent.parent)}
+    env = {
+        **os.environ,
+        "RAGRPC_DATA_DIR": str(data),
+        "RAGRPC_MILVUS_PORT": str(free_port()),
+        "RAGRPC_INGEST_PORT": str(free_port()),
+        "RAGRPC_QUERY_PORT": str(free_port()),
+        "RAGRPC_INGEST_METRICS_PORT": str(free_port()),
+        "RAGRPC_QUERY_METRICS_PORT": str(free_port()),
+        "VENV": str(Path(sys.executable).parent.parent),
+    }
     env.pop("RAGRPC_MILVUS_URI", None)
     started = _stack(env, "start")
     try:
@@ -45,8 +57,9 @@ def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
 
 def _upload(address: str, path: Path) -> ingest_pb2.UploadDocumentResponse:
     def messages() -> Iterator[ingest_pb2.UploadDocumentRequest]:
-        yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(file_name=path.name,
-                                                                              document_id=path.stem))
+        yield ingest_pb2.UploadDocumentRequest(
+            header=ingest_pb2.DocumentSpec(file_name=path.name, document_id=path.stem)
+        )
         yield ingest_pb2.UploadDocumentRequest(data=path.read_bytes())
 
     with grpc.insecure_channel(address) as channel:
@@ -55,15 +68,18 @@ def _upload(address: str, path: Path) -> ingest_pb2.UploadDocumentResponse:
 
 def _ask(address: str, question: str) -> list[retrieve_pb2.AskResponse]:
     with grpc.insecure_channel(address) as channel:
-        return list(retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
-            retrieve_pb2.AskRequest(query=question), timeout=120))
+        return list(
+            retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(retrieve_pb2.AskRequest(query=question), timeout=120)
+        )
 
 
 def test_ingest_in_one_process_answer_from_another(stack_env: dict[str, str]) -> None:
     ingest = f"127.0.0.1:{stack_env['RAGRPC_INGEST_PORT']}"
     query = f"127.0.0.1:{stack_env['RAGRPC_QUERY_PORT']}"
-    pids = {n: (Path(stack_env["RAGRPC_DATA_DIR"]) / "run" / f"{n}.pid").read_text().strip()
-            for n in ("milvus", "ingest", "query")}
+    pids = {
+        n: (Path(stack_env["RAGRPC_DATA_DIR"]) / "run" / f"{n}.pid").read_text().strip()
+        for n in ("milvus", "ingest", "query")
+    }
     assert len(set(pids.values())) == 3  # three separate OS processes
     uploaded = _upload(ingest, REPO / "samples" / "operations.md")
     assert uploaded.document.state == ingest_pb2.DOCUMENT_STATE_ACTIVE
@@ -84,8 +100,11 @@ def test_restarts_lose_nothing(stack_env: dict[str, str]) -> None:
     started = _stack(stack_env, "start")
     assert started.returncode == 0, started.stdout + started.stderr
     with grpc.insecure_channel(ingest) as channel:
-        doc = ingest_pb2_grpc.IngestServiceStub(channel).GetDocument(
-            ingest_pb2.GetDocumentRequest(document_id="faq"), timeout=30).document
+        doc = (
+            ingest_pb2_grpc.IngestServiceStub(channel)
+            .GetDocument(ingest_pb2.GetDocumentRequest(document_id="faq"), timeout=30)
+            .document
+        )
     assert doc.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and doc.chunk_count == uploaded.document.chunk_count
     events = _ask(query, "What happens when the same file is ingested twice?")
     assert "faq" in {e.source.chunk.document_id for e in events if e.HasField("source")}

@@ -34,9 +34,11 @@ async def _stack_with_llm(settings: Settings, chat: ChatServer, models: str = "m
 
 async def _ingest(address: str) -> None:
     async with grpc.aio.insecure_channel(address) as channel:
+
         async def messages():  # type: ignore[no-untyped-def]
-            yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(file_name="ducks.txt",
-                                                                                  document_id="ducks"))
+            yield ingest_pb2.UploadDocumentRequest(
+                header=ingest_pb2.DocumentSpec(file_name="ducks.txt", document_id="ducks")
+            )
             yield ingest_pb2.UploadDocumentRequest(data=DOC)
 
         await ingest_pb2_grpc.IngestServiceStub(channel).UploadDocument(messages())
@@ -47,7 +49,8 @@ async def test_tokens_arrive_before_the_model_finishes(settings: Settings, chat:
         await _ingest(stack.ingest_address)
         async with grpc.aio.insecure_channel(stack.query_address) as channel:
             stream = retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
-                retrieve_pb2.AskRequest(query="Where do mallards live?"))
+                retrieve_pb2.AskRequest(query="Where do mallards live?")
+            )
             first_token_at, events = None, []
             async for event in stream:
                 events.append(event)
@@ -61,25 +64,39 @@ async def test_tokens_arrive_before_the_model_finishes(settings: Settings, chat:
     assert [e.citation.document_id for e in events if e.HasField("citation")] == ["ducks"]
 
 
-@pytest.mark.parametrize("failure", [Behaviour.error(500), Behaviour.error(429), Behaviour.malformed(0),
-                                     Behaviour.stream("See source [9]."), Behaviour.hang()],
-                         ids=["500", "429", "malformed", "bad-citation", "timeout"])
-async def test_failures_fall_through_to_extractive(settings: Settings, chat: ChatServer,
-                                                   failure: Behaviour) -> None:
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Behaviour.error(500),
+        Behaviour.error(429),
+        Behaviour.malformed(0),
+        Behaviour.stream("See source [9]."),
+        Behaviour.hang(),
+    ],
+    ids=["500", "429", "malformed", "bad-citation", "timeout"],
+)
+async def test_failures_fall_through_to_extractive(settings: Settings, chat: ChatServer, failure: Behaviour) -> None:
     chat.set_behaviour("m1", failure)
     chat.set_behaviour("m2", failure)
     async with await _stack_with_llm(dataclasses.replace(settings), chat, "m1,m2") as stack:
         await _ingest(stack.ingest_address)
         async with grpc.aio.insecure_channel(stack.query_address) as channel:
-            events = [e async for e in retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
-                retrieve_pb2.AskRequest(query="Where do mallards live?"), timeout=60)]
+            events = [
+                e
+                async for e in retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
+                    retrieve_pb2.AskRequest(query="Where do mallards live?"), timeout=60
+                )
+            ]
     final = events[-1].final
     assert final.model == "extractive" and "[1]" in final.answer
     retractions = [e.retraction for e in events if e.HasField("retraction")]
     if failure.kind == "stream":  # tokens went out before the answer failed validation: withdrawn
         assert len(retractions) == 2 and "9" in retractions[0].reason
-        answer_after = "".join(e.token.text for e in events[events.index(
-            next(e for e in reversed(events) if e.HasField("retraction"))):] if e.HasField("token"))
+        answer_after = "".join(
+            e.token.text
+            for e in events[events.index(next(e for e in reversed(events) if e.HasField("retraction"))) :]
+            if e.HasField("token")
+        )
         assert answer_after == final.answer  # the final answer is not spliced with the withdrawn one
     else:  # failed before any token: moved on silently
         assert not retractions

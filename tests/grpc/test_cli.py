@@ -57,8 +57,7 @@ async def test_ingest_search_ask_and_docs(fake_stack, tmp_path: Path, capsys) ->
     assert code == 0 and [r["type"] for r in records] == ["hit", "hit", "summary"]
     assert records[0]["chunk"]["source"].endswith("milvus.md") and records[0]["rank"] == 1
 
-    code, out, _ = await _cli(capsys, *query, "search", "sourdough starter", "--mode", "sparse",
-                              "--tag", "demo")
+    code, out, _ = await _cli(capsys, *query, "search", "sourdough starter", "--mode", "sparse", "--tag", "demo")
     assert code == 0 and out.startswith("  1. ") and "bread.txt" in out.splitlines()[0]
 
     code, out, _ = await _cli(capsys, *query, "ask", "What does Milvus store?", "--top-k", "2")
@@ -104,20 +103,33 @@ async def test_failed_documents_and_error_exit_codes(fake_stack, tmp_path: Path,
 async def test_health(fake_stack, capsys) -> None:
     code, out, _ = await _cli(capsys, "--target", fake_stack.query_address, "health", "--wait", "5")
     assert code == 0 and "SERVING" in out
-    code, out, _ = await _cli(capsys, "--ingest", fake_stack.ingest_address, "--json", "health",
-                              "--service", "ragrpc.v1.IngestService")
+    code, out, _ = await _cli(
+        capsys, "--ingest", fake_stack.ingest_address, "--json", "health", "--service", "ragrpc.v1.IngestService"
+    )
     assert code == 0 and _json_lines(out)[0]["status"] == "SERVING"
     code, out, _ = await _cli(capsys, "--target", "127.0.0.1:1", "health", "--wait", "0.5")
     assert code == 1 and "UNREACHABLE" in out
 
 
 def test_every_command_has_help() -> None:
-    commands = [[], ["ingest"], ["search"], ["ask"], ["docs"], ["docs", "list"], ["docs", "get"],
-                ["docs", "delete"], ["job"], ["job", "get"], ["health"]]
+    commands = [
+        [],
+        ["ingest"],
+        ["search"],
+        ["ask"],
+        ["docs"],
+        ["docs", "list"],
+        ["docs", "get"],
+        ["docs", "delete"],
+        ["job"],
+        ["job", "get"],
+        ["health"],
+    ]
     for command in commands:
         assert main([*command, "--help"]) == 0, command
-    result = subprocess.run([sys.executable, "-m", "clients.cli", "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "--ingest" in result.stdout and "--query" in result.stdout
 
 

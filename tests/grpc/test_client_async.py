@@ -31,8 +31,11 @@ from tests.grpc.test_client_sync import BREAD_TXT, GARDEN_TXT, MILVUS_MD, PNG_BY
 
 async def _ingest_three(client: AsyncIngestClient) -> dict[str, str]:
     ids = {}
-    for key, content, name in (("milvus", MILVUS_MD, "milvus.md"), ("bread", BREAD_TXT, "bread.txt"),
-                               ("garden", GARDEN_TXT, "garden.txt")):
+    for key, content, name in (
+        ("milvus", MILVUS_MD, "milvus.md"),
+        ("bread", BREAD_TXT, "bread.txt"),
+        ("garden", GARDEN_TXT, "garden.txt"),
+    ):
         ids[key] = (await client.upload(content.encode(), file_name=name)).document_id
     return ids
 
@@ -71,13 +74,14 @@ async def test_ingest_batch_streams_progress_then_summary(fake_stack) -> None:
         again = await client.ingest(documents).drain()
         assert again.summary is not None and again.summary.unchanged == 2
         job = await client.get_job(stream.job_id)
-        assert job.done and [p.document_id for p in job.documents] == [stream.documents[i].document_id
-                                                                       for i in (0, 1)]
+        assert job.done and [p.document_id for p in job.documents] == [stream.documents[i].document_id for i in (0, 1)]
 
 
 async def test_retrieve_and_ask(fake_stack) -> None:
-    async with AsyncIngestClient(fake_stack.ingest_address) as ingest, \
-            AsyncRetrieveClient(fake_stack.query_address) as query:
+    async with (
+        AsyncIngestClient(fake_stack.ingest_address) as ingest,
+        AsyncRetrieveClient(fake_stack.query_address) as query,
+    ):
         ids = await _ingest_three(ingest)
         stream = query.retrieve("Milvus vector database embeddings", top_k=3, fusion="weighted")
         hits = [hit async for hit in stream]
@@ -91,8 +95,10 @@ async def test_retrieve_and_ask(fake_stack) -> None:
 
 
 async def test_ask_event_order_and_cancel(fake_stack) -> None:
-    async with AsyncIngestClient(fake_stack.ingest_address) as ingest, \
-            AsyncRetrieveClient(fake_stack.query_address) as query:
+    async with (
+        AsyncIngestClient(fake_stack.ingest_address) as ingest,
+        AsyncRetrieveClient(fake_stack.query_address) as query,
+    ):
         await _ingest_three(ingest)
         order = []
         async for event in query.ask("How does sourdough bread rise?"):
@@ -112,8 +118,10 @@ async def test_ask_event_order_and_cancel(fake_stack) -> None:
 
 
 async def test_errors_are_typed(fake_stack) -> None:
-    async with AsyncIngestClient(fake_stack.ingest_address) as ingest, \
-            AsyncRetrieveClient(fake_stack.query_address) as query:
+    async with (
+        AsyncIngestClient(fake_stack.ingest_address) as ingest,
+        AsyncRetrieveClient(fake_stack.query_address) as query,
+    ):
         with pytest.raises(NotFound):
             await ingest.get_document("no-such-document")
         with pytest.raises(InvalidArgument) as empty:
@@ -141,9 +149,11 @@ class _FlakyServices(retrieve_pb2_grpc.RetrieveServiceServicer, ingest_pb2_grpc.
     async def _fail(self, key: str, context: grpc.aio.ServicerContext) -> None:
         self.attempts[key] += 1
         self.metadata.append({k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)})
-        error = {"unavailable": errors.UnavailableError("store is down", retry_after_s=2.5),
-                 "exhausted": errors.LimitExceededError("overloaded"),
-                 "deadline": errors.DeadlineError("too slow")}[key.split(":")[1]]
+        error = {
+            "unavailable": errors.UnavailableError("store is down", retry_after_s=2.5),
+            "exhausted": errors.LimitExceededError("overloaded"),
+            "deadline": errors.DeadlineError("too slow"),
+        }[key.split(":")[1]]
         await abort_with_error(context, error)
 
     async def Retrieve(self, request, context):  # type: ignore[no-untyped-def]
@@ -178,5 +188,10 @@ async def test_retry_policy_per_service() -> None:
         await server.stop(0)
     assert flaky.metadata[0]["authorization"] == "Bearer k1" and flaky.metadata[0]["x-request-id"] == "req-42"
     assert "authorization" not in flaky.metadata[-1] and len(flaky.metadata[-1]["x-request-id"]) == 16
-    assert flaky.attempts == {"retrieve:unavailable": 4, "retrieve:exhausted": 4, "retrieve:deadline": 1,
-                              "get:unavailable": 4, "get:exhausted": 1}
+    assert flaky.attempts == {
+        "retrieve:unavailable": 4,
+        "retrieve:exhausted": 4,
+        "retrieve:deadline": 1,
+        "get:unavailable": 4,
+        "get:exhausted": 1,
+    }

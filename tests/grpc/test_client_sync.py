@@ -50,11 +50,15 @@ holds chunks with their embeddings; hybrid search fuses dense vectors with BM25 
 
 The ingest service writes every chunk of a document before it marks the document active.
 """
-BREAD_TXT = ("Sourdough bread needs flour, water, salt and a lively starter. Knead the dough, let it rise "
-             "overnight, and bake it in a hot oven until the crust is dark brown.")
+BREAD_TXT = (
+    "Sourdough bread needs flour, water, salt and a lively starter. Knead the dough, let it rise "
+    "overnight, and bake it in a hot oven until the crust is dark brown."
+)
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # a format the server refuses
-GARDEN_TXT = ("Tomato plants need full sun, regular watering and stakes for support. Prune the suckers and "
-              "feed the soil with compost for a better harvest.")
+GARDEN_TXT = (
+    "Tomato plants need full sun, regular watering and stakes for support. Prune the suckers and "
+    "feed the soil with compost for a better harvest."
+)
 
 
 @contextmanager
@@ -65,8 +69,11 @@ def _clients(stack: Any) -> Iterator[tuple[IngestClient, RetrieveClient]]:
 
 def _ingest_three(client: IngestClient) -> dict[str, str]:
     ids = {}
-    for key, content, name in (("milvus", MILVUS_MD, "milvus.md"), ("bread", BREAD_TXT, "bread.txt"),
-                               ("garden", GARDEN_TXT, "garden.txt")):
+    for key, content, name in (
+        ("milvus", MILVUS_MD, "milvus.md"),
+        ("bread", BREAD_TXT, "bread.txt"),
+        ("garden", GARDEN_TXT, "garden.txt"),
+    ):
         ids[key] = client.upload(content.encode(), file_name=name, tags=[key]).document_id
     return ids
 
@@ -102,9 +109,11 @@ async def test_upload_get_list_update_delete(fake_stack, tmp_path: Path) -> None
 
 
 async def test_ingest_batch_streams_progress_then_summary(fake_stack) -> None:
-    documents = [NewDocument(MILVUS_MD, file_name="milvus.md"),
-                 {"content": BREAD_TXT, "file_name": "bread.txt", "tags": ("kitchen",)},
-                 NewDocument(PNG_BYTES, file_name="image.png")]
+    documents = [
+        NewDocument(MILVUS_MD, file_name="milvus.md"),
+        {"content": BREAD_TXT, "file_name": "bread.txt", "tags": ("kitchen",)},
+        NewDocument(PNG_BYTES, file_name="image.png"),
+    ]
 
     def scenario() -> None:
         with IngestClient(fake_stack.ingest_address) as client:
@@ -164,8 +173,9 @@ async def test_ask_streams_sources_tokens_citations_final(fake_stack) -> None:
             assert stream.final is not None and stream.final.model == "extractive"
             tokens = "".join(e.text for e in events if isinstance(e, Token))
             assert stream.answer == stream.final.answer == tokens and "Milvus" in stream.answer
-            assert all(isinstance(c, Citation) and 1 <= c.source_number <= len(stream.sources)
-                       for c in stream.citations)
+            assert all(
+                isinstance(c, Citation) and 1 <= c.source_number <= len(stream.sources) for c in stream.citations
+            )
 
     await asyncio.to_thread(scenario)
 
@@ -209,10 +219,13 @@ async def test_errors_are_typed_with_details(fake_stack) -> None:
 
 def test_importing_clients_does_not_load_the_service_dependencies() -> None:
     heavy = ("torch", "pymilvus", "numpy", "sentence_transformers")
-    code = ("import sys, clients, clients.cli, clients.examples.sse_relay; "
-            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=60, check=True)
+    code = (
+        "import sys, clients, clients.cli, clients.examples.sse_relay; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "", f"clients imported {result.stdout.strip()}"
 
 
@@ -253,14 +266,33 @@ class TestRetraction:
 
 def test_options_convert_to_request_protos() -> None:
     request = convert.ask_request(
-        "q", top_k=3, mode="dense", fusion="weighted", dense_weight=0.6, sparse_weight=0.0, rerank=False,
-        mmr_lambda=0.5, min_score=0.1, include_parent=True, collection="c", tags="t", sources=["a", "b"],
-        after=dt.datetime(2024, 1, 2), before=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
-        template="analytical", history=[("user", "hi"), {"role": "assistant", "content": "hello"}],
-        max_answer_tokens=64, token_budget=900, temperature=0.0)
+        "q",
+        top_k=3,
+        mode="dense",
+        fusion="weighted",
+        dense_weight=0.6,
+        sparse_weight=0.0,
+        rerank=False,
+        mmr_lambda=0.5,
+        min_score=0.1,
+        include_parent=True,
+        collection="c",
+        tags="t",
+        sources=["a", "b"],
+        after=dt.datetime(2024, 1, 2),
+        before=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+        template="analytical",
+        history=[("user", "hi"), {"role": "assistant", "content": "hello"}],
+        max_answer_tokens=64,
+        token_budget=900,
+        temperature=0.0,
+    )
     options = request.options
-    assert (options.top_k, options.mode, options.fusion) == (3, retrieve_pb2.RETRIEVAL_MODE_DENSE,
-                                                             retrieve_pb2.FUSION_METHOD_WEIGHTED)
+    assert (options.top_k, options.mode, options.fusion) == (
+        3,
+        retrieve_pb2.RETRIEVAL_MODE_DENSE,
+        retrieve_pb2.FUSION_METHOD_WEIGHTED,
+    )
     assert options.HasField("sparse_weight") and options.sparse_weight == 0.0 and options.rerank is False
     assert options.HasField("rerank") and options.mmr_lambda == 0.5 and options.include_parent
     assert list(options.filter.tags) == ["t"] and list(options.filter.sources) == ["a", "b"]

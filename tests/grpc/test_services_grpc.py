@@ -12,8 +12,10 @@ from grpc_status import rpc_status
 
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 
-DUCKS = (b"# Ducks\n\nDucks are waterfowl that swim on ponds and eat water plants.\n\n"
-         b"## Habitat\n\nMallards live near lakes, rivers and city parks across the northern hemisphere.\n")
+DUCKS = (
+    b"# Ducks\n\nDucks are waterfowl that swim on ponds and eat water plants.\n\n"
+    b"## Habitat\n\nMallards live near lakes, rivers and city parks across the northern hemisphere.\n"
+)
 STOCKS = b"The stock market fell sharply on Tuesday after the central bank raised interest rates."
 
 
@@ -33,14 +35,16 @@ async def _upload(stub: ingest_pb2_grpc.IngestServiceStub, name: str, content: b
     async def messages():  # type: ignore[no-untyped-def]
         yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(file_name=name, **spec))
         for start in range(0, len(content), 64):
-            yield ingest_pb2.UploadDocumentRequest(data=content[start:start + 64])
+            yield ingest_pb2.UploadDocumentRequest(data=content[start : start + 64])
 
     return await stub.UploadDocument(messages())
 
 
 async def test_health_and_reflection(fake_stack) -> None:  # type: ignore[no-untyped-def]
-    for address, service in ((fake_stack.ingest_address, "ragrpc.v1.IngestService"),
-                             (fake_stack.query_address, "ragrpc.v1.RetrieveService")):
+    for address, service in (
+        (fake_stack.ingest_address, "ragrpc.v1.IngestService"),
+        (fake_stack.query_address, "ragrpc.v1.RetrieveService"),
+    ):
         async with grpc.aio.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             for name in ("", service):
@@ -53,8 +57,10 @@ async def test_health_and_reflection(fake_stack) -> None:  # type: ignore[no-unt
 
 
 async def test_upload_then_retrieve_and_ask(fake_stack) -> None:  # type: ignore[no-untyped-def]
-    async with grpc.aio.insecure_channel(fake_stack.ingest_address) as ingest_channel, \
-            grpc.aio.insecure_channel(fake_stack.query_address) as query_channel:
+    async with (
+        grpc.aio.insecure_channel(fake_stack.ingest_address) as ingest_channel,
+        grpc.aio.insecure_channel(fake_stack.query_address) as query_channel,
+    ):
         ingest = ingest_pb2_grpc.IngestServiceStub(ingest_channel)
         first = await _upload(ingest, "ducks.md", DUCKS, document_id="ducks")
         await _upload(ingest, "stocks.txt", STOCKS)
@@ -128,8 +134,10 @@ async def test_document_resources(fake_stack) -> None:  # type: ignore[no-untype
 
 
 async def test_ingest_documents_streams_progress_then_summary(fake_stack) -> None:  # type: ignore[no-untyped-def]
-    docs = [ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="a.md", document_id="a"), content=DUCKS),
-            ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="b.bin"), content=b"\x00\x01\x02" * 10)]
+    docs = [
+        ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="a.md", document_id="a"), content=DUCKS),
+        ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="b.bin"), content=b"\x00\x01\x02" * 10),
+    ]
     async with grpc.aio.insecure_channel(fake_stack.ingest_address) as channel:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         events = [e async for e in stub.IngestDocuments(ingest_pb2.IngestDocumentsRequest(documents=docs))]
@@ -146,9 +154,13 @@ async def test_ingest_documents_streams_progress_then_summary(fake_stack) -> Non
 async def test_retrieve_rejects_bad_requests(fake_stack) -> None:  # type: ignore[no-untyped-def]
     async with grpc.aio.insecure_channel(fake_stack.query_address) as channel:
         stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
-        for request, field in ((retrieve_pb2.RetrieveRequest(query="  "), "query"),
-                               (retrieve_pb2.RetrieveRequest(query="x", options=retrieve_pb2.RetrievalOptions(
-                                   top_k=10_000)), "options.top_k")):
+        for request, field in (
+            (retrieve_pb2.RetrieveRequest(query="  "), "query"),
+            (
+                retrieve_pb2.RetrieveRequest(query="x", options=retrieve_pb2.RetrievalOptions(top_k=10_000)),
+                "options.top_k",
+            ),
+        ):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 [r async for r in stub.Retrieve(request)]
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

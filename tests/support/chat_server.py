@@ -182,9 +182,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    headers = {
-        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
-    }
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
     body = await reader.readexactly(int(headers.get("content-length", "0")))
     return method, path, body
 
@@ -236,9 +234,7 @@ class ChatServer:
                 return self._state.queue.pop(0)
             return self._state.default
 
-    async def _watch(
-        self, reader: asyncio.StreamReader, record: RequestRecord, closed: asyncio.Event
-    ) -> None:
+    async def _watch(self, reader: asyncio.StreamReader, record: RequestRecord, closed: asyncio.Event) -> None:
         try:
             while await reader.read(1024):
                 pass

@@ -38,8 +38,20 @@ class MilvusLiteServer:
         executable = Path(sys.executable).with_name("milvus-lite")
         log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [str(executable), "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-             "--port", str(self.port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                str(executable),
+                "server",
+                "--data-dir",
+                str(self.data_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout_s
         while not _port_open(self.port):
             if self.process.poll() is not None:

@@ -9,9 +9,7 @@ from tests.unit.chunking_helpers import markdown_document, missing_words
 from tests.unit.test_chunking_code import MODULE
 
 COUNTER = WordTokenCounter()
-CONFIG = ChunkingConfig(
-    chunk_size=120, overlap=18, max_tokens=160, min_chunk_tokens=10, inline_block_tokens=40
-)
+CONFIG = ChunkingConfig(chunk_size=120, overlap=18, max_tokens=160, min_chunk_tokens=10, inline_block_tokens=40)
 TABLE_HEADER = "| Region | Q1 | Q2 |\n|---|---|---|"
 
 
@@ -68,9 +66,7 @@ def test_mixed_document_gets_a_strategy_per_region() -> None:
 
 
 def test_long_narrative_without_headings_is_chunked_recursively() -> None:
-    document = ExtractedDocument(
-        "text/plain", [Block(BlockKind.PARAGRAPH, _narrative(f"p{n}x", 5)) for n in range(10)]
-    )
+    document = ExtractedDocument("text/plain", [Block(BlockKind.PARAGRAPH, _narrative(f"p{n}x", 5)) for n in range(10)])
     chunks = AutoChunker(COUNTER, CONFIG).chunk(document)
     assert len(chunks) > 3 and {c.chunker for c in chunks} == {"auto/recursive"}
 

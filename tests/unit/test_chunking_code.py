@@ -129,9 +129,7 @@ def test_a_real_standard_library_module() -> None:
 
 
 def test_unparseable_python_and_other_languages_split_at_blank_lines() -> None:
-    blocks = "\n\n".join(
-        f"function f{k}(x) {{\n  const y = x * {k};\n  return y + {k};\n}}" for k in range(12)
-    )
+    blocks = "\n\n".join(f"function f{k}(x) {{\n  const y = x * {k};\n  return y + {k};\n}}" for k in range(12))
     broken = "def broken(:\n    pass\n\n" + blocks
     config = ChunkingConfig(chunk_size=50, overlap=0, max_tokens=60, min_chunk_tokens=0)
     for document in (_code_document(blocks, "javascript"), _code_document(broken)):

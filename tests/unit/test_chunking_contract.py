@@ -107,8 +107,7 @@ def test_sentences_are_not_cut(strategy: str, tagged) -> None:
 def test_consecutive_chunks_overlap_by_about_overlap_tokens(strategy: str) -> None:
     paragraphs = [
         " ".join(
-            f"Sentence{p}x{s} " + " ".join(f"w{p}x{s}x{k}" for k in range(8 + (s * 3 + p) % 6)) + "."
-            for s in range(12)
+            f"Sentence{p}x{s} " + " ".join(f"w{p}x{s}x{k}" for k in range(8 + (s * 3 + p) % 6)) + "." for s in range(12)
         )
         for p in range(6)
     ]

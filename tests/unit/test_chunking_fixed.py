@@ -45,9 +45,7 @@ def test_subword_tokens_are_never_split_mid_word_when_whitespace_is_near() -> No
     text = " ".join(f"tokenization{k:04d}" for k in range(300))
     document = ExtractedDocument("text/plain", [Block(BlockKind.PARAGRAPH, text)])
     counter = ThreeLetterPieces()
-    chunks = FixedTokenChunker(counter, ChunkingConfig(chunk_size=64, overlap=8, min_chunk_tokens=0)).chunk(
-        document
-    )
+    chunks = FixedTokenChunker(counter, ChunkingConfig(chunk_size=64, overlap=8, min_chunk_tokens=0)).chunk(document)
     for c in chunks:
         assert counter.count(c.text) <= 64
         assert all(len(word) == len("tokenization0000") for word in c.text.split())

@@ -13,8 +13,7 @@ CONFIG = ChunkingConfig(chunk_size=60, overlap=0, max_tokens=80, min_chunk_token
 
 def _text(tag: str, sentences: int) -> str:
     return " ".join(
-        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(6)) + "."
-        for s in range(sentences)
+        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(6)) + "." for s in range(sentences)
     )
 
 

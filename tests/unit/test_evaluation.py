@@ -70,14 +70,28 @@ def test_evaluate_averages_over_judged_queries_only() -> None:
 
 
 def chunk_hit(document_id: str, chunk_id: str, score: float) -> ScoredChunk:
-    chunk = ChunkRecord(chunk_id=chunk_id, document_id=document_id, tenant="t", collection="c",
-                        generation="g", text="", vector=[], chunk_index=0, chunker="test")
+    chunk = ChunkRecord(
+        chunk_id=chunk_id,
+        document_id=document_id,
+        tenant="t",
+        collection="c",
+        generation="g",
+        text="",
+        vector=[],
+        chunk_index=0,
+        chunker="test",
+    )
     return ScoredChunk(chunk=chunk, score=score)
 
 
 def test_doc_ranking_uses_each_documents_best_chunk() -> None:
-    hits = [chunk_hit("d1", "c1", 0.5), chunk_hit("d2", "c2", 0.9), chunk_hit("d1", "c3", 0.95),
-            chunk_hit("d3", "c4", 0.5), chunk_hit("d4", "c5", 0.5)]
+    hits = [
+        chunk_hit("d1", "c1", 0.5),
+        chunk_hit("d2", "c2", 0.9),
+        chunk_hit("d1", "c3", 0.95),
+        chunk_hit("d3", "c4", 0.5),
+        chunk_hit("d4", "c5", 0.5),
+    ]
     assert doc_ranking_from_chunks(hits) == ["d1", "d2", "d3", "d4"]
     assert doc_ranking_from_chunks([]) == []
 
@@ -85,10 +99,10 @@ def test_doc_ranking_uses_each_documents_best_chunk() -> None:
 def test_load_beir_from_a_small_directory(tmp_path: Path) -> None:
     (tmp_path / "qrels").mkdir()
     (tmp_path / "corpus.part1.jsonl").write_text(json.dumps({"_id": "2", "title": "", "text": "two"}) + "\n")
-    (tmp_path / "corpus.part0.jsonl").write_text(
-        json.dumps({"_id": "1", "title": "One", "text": "first"}) + "\n\n")
+    (tmp_path / "corpus.part0.jsonl").write_text(json.dumps({"_id": "1", "title": "One", "text": "first"}) + "\n\n")
     (tmp_path / "queries.jsonl").write_text(
-        json.dumps({"_id": "q1", "text": "which?"}) + "\n" + json.dumps({"_id": "q2", "text": "none"}) + "\n")
+        json.dumps({"_id": "q1", "text": "which?"}) + "\n" + json.dumps({"_id": "q2", "text": "none"}) + "\n"
+    )
     (tmp_path / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\t2\t2\nq1\t1\t0\n")
     dataset = load_beir(tmp_path, split="dev")
     assert list(dataset.corpus) == ["1", "2"]

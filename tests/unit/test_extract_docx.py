@@ -27,9 +27,7 @@ def extractor() -> DocxExtractor:
 def test_headings_become_section_paths(extractor: DocxExtractor) -> None:
     doc = extractor.extract((DOCX / "docling__unit_test_headers.docx").read_bytes())
     headings = [(b.text, b.level) for b in doc.blocks if b.kind is BlockKind.HEADING]
-    assert (
-        ("Section 1", 1) in headings and ("Section 1.1", 2) in headings and ("Section 1.2.3", 3) in headings
-    )
+    assert ("Section 1", 1) in headings and ("Section 1.1", 2) in headings and ("Section 1.2.3", 3) in headings
     by_text = {b.text: b for b in doc.blocks}
     assert by_text["Paragraph 1.1"].section_path == ("Test Document", "Section 1")
     assert by_text["Paragraph 1.2.3.1"].section_path[-3:] == ("Section 1", "Section 1.2", "Section 1.2.3")

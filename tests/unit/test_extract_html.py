@@ -94,9 +94,7 @@ def test_chrome_cookie_banner_and_scripts_are_dropped(extractor: HtmlExtractor) 
 
 
 def test_broken_markup_is_tolerated(extractor: HtmlExtractor) -> None:
-    doc = extractor.extract(
-        b"<p>unclosed <b>bold <div>inner</p></span><table><tr><td>x</table>tail &amp; more"
-    )
+    doc = extractor.extract(b"<p>unclosed <b>bold <div>inner</p></span><table><tr><td>x</table>tail &amp; more")
     assert "unclosed bold" in doc.text and "inner" in doc.text and "tail & more" in doc.text
 
 

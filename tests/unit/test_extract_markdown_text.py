@@ -110,15 +110,9 @@ def test_inline_markup() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "cp1252", "latin-1"]
-)
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "cp1252", "latin-1"])
 def test_decode_text_encodings(encoding: str) -> None:
-    text = (
-        "Grüße aus Köln – “déjà vu”, naïve café. " * 5
-        if encoding != "latin-1"
-        else "Grüße aus Köln, café. " * 5
-    )
+    text = "Grüße aus Köln – “déjà vu”, naïve café. " * 5 if encoding != "latin-1" else "Grüße aus Köln, café. " * 5
     data = text.encode(encoding)
     if encoding == "utf-16-le":
         data = codecs.BOM_UTF16_LE + data

@@ -51,10 +51,7 @@ def _docx_bytes(extra_entries: dict[str, bytes] | None = None) -> bytes:
 
 def test_sniffing_beats_name_and_media_type(registry) -> None:
     assert registry.resolve(b"%PDF-1.4 ...", file_name="x.txt", media_type="text/plain") == MEDIA_PDF
-    assert (
-        registry.resolve(_docx_bytes(), file_name="upload.bin", media_type="application/octet-stream")
-        == MEDIA_DOCX
-    )
+    assert registry.resolve(_docx_bytes(), file_name="upload.bin", media_type="application/octet-stream") == MEDIA_DOCX
     html = b"\xef\xbb\xbf  <!DOCTYPE html><html><body>x</body></html>"
     assert registry.resolve(html, file_name="page.txt") == MEDIA_HTML
     assert registry.resolve("<html><body>hi</body></html>".encode("utf-16"), file_name="") == MEDIA_HTML
@@ -108,9 +105,7 @@ def test_every_shared_document_extracts_or_raises_a_ragrpc_error(registry) -> No
     for path in documents:
         started = time.monotonic()
         try:
-            result = registry.extract(
-                path.read_bytes(), file_name=path.name, password=passwords.get(path.name, "")
-            )
+            result = registry.extract(path.read_bytes(), file_name=path.name, password=passwords.get(path.name, ""))
         except RagrpcError as exc:
             outcomes[path.name] = type(exc).__name__
         else:

@@ -96,9 +96,7 @@ async def test_citation_markers_inside_sources_are_not_copied():
 
 
 async def test_falls_back_to_the_last_user_message_without_question():
-    request = GenerationRequest(
-        [ChatMessage("user", "office location Berlin")], 100, sources=[source(1, SOURCES[2])]
-    )
+    request = GenerationRequest([ChatMessage("user", "office location Berlin")], 100, sources=[source(1, SOURCES[2])])
     tokens, _ = await run(ExtractiveGenerator(), request)
     assert "Berlin [1]" in "".join(tokens)
 

@@ -37,11 +37,12 @@ _ALLOWED_CONTROL = "\t\n\r"
 safe_text = st.text(
     alphabet=st.characters(
         blacklist_categories=("Cs",),
-        blacklist_characters="".join(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]
-                                     if chr(c) not in _ALLOWED_CONTROL),
+        blacklist_characters="".join(
+            chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)] if chr(c) not in _ALLOWED_CONTROL
+        ),
     )
 )
-hostile_text = st.text(alphabet=st.sampled_from(list('"\\\'%_ ortenant!=()[],\n\r\té€😀')), max_size=30)
+hostile_text = st.text(alphabet=st.sampled_from(list("\"\\'%_ ortenant!=()[],\n\r\té€😀")), max_size=30)
 
 
 def read_literal(expression: str, start: int) -> tuple[str, int]:
@@ -84,6 +85,7 @@ def skeleton(expression: str) -> tuple[list[str], list[str]]:
 
 # --- literal escaping ---------------------------------------------------------------
 
+
 @given(safe_text)
 @settings(max_examples=500)
 def test_quoted_literal_parses_back_to_the_same_value(value: str) -> None:
@@ -115,8 +117,7 @@ def test_hostile_value_stays_one_literal(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ['a" or tenant != "x', 'x\\" or 1 == 1 or "', "\\", '"', '\\"', 'a\\\\" or "', "line\nbreak",
-     "100%_like"],
+    ['a" or tenant != "x', 'x\\" or 1 == 1 or "', "\\", '"', '\\"', 'a\\\\" or "', "line\nbreak", "100%_like"],
 )
 def test_injection_attempts_stay_one_literal_in_the_request_filter(value: str) -> None:
     benign = filter_from_request("acme", "c", ["d"], ["s"], ["m"], ["t"], 1, 2).render()
@@ -157,6 +158,7 @@ def test_tab_newline_and_carriage_return_are_escaped() -> None:
 
 
 # --- builder ------------------------------------------------------------------------
+
 
 def test_renders_each_condition_kind() -> None:
     expr = and_(
@@ -245,8 +247,7 @@ def test_builder_rejects_a_non_identifier_field_in_its_allow_list() -> None:
 
 def test_matches_evaluates_the_same_condition_in_process() -> None:
     expr = filter_from_request("acme", "c1", sources=["s1", "s2"], tags=["x"], time_after=10)
-    row = {"tenant": "acme", "kind": 0, "collection": "c1", "source": "s2", "tags": ["y", "x"],
-           "doc_date": 10}
+    row = {"tenant": "acme", "kind": 0, "collection": "c1", "source": "s2", "tags": ["y", "x"], "doc_date": 10}
     assert expr.matches(row)
     assert not expr.matches({**row, "tenant": "other"})
     assert not expr.matches({**row, "kind": 1})
@@ -257,6 +258,7 @@ def test_matches_evaluates_the_same_condition_in_process() -> None:
 
 
 # --- the request filter -------------------------------------------------------------
+
 
 def test_request_filter_always_has_tenant_and_retrievable_kind() -> None:
     assert filter_from_request("acme").render() == 'tenant == "acme" and kind == 0'
@@ -319,9 +321,9 @@ def milvus_lite_uri(tmp_path: Path):
     executable = Path(sys.executable).with_name("milvus-lite")
     port = _free_port()
     process = subprocess.Popen(
-        [str(executable), "server", "--data-dir", str(tmp_path / "milvus"),
-         "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [str(executable), "server", "--data-dir", str(tmp_path / "milvus"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
@@ -355,24 +357,32 @@ def test_hostile_values_round_trip_through_milvus_lite(milvus_lite_uri: str) -> 
     fields.add_field(schema.TENANT, DataType.VARCHAR, max_length=64)
     fields.add_field(schema.KIND, DataType.INT8)
     fields.add_field(schema.SOURCE, DataType.VARCHAR, max_length=2048)
-    fields.add_field(schema.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=8,
-                     max_length=128)
+    fields.add_field(schema.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=8, max_length=128)
     fields.add_field(schema.DOC_DATE, DataType.INT64)
     fields.add_field("vector", DataType.FLOAT_VECTOR, dim=2)
     index = client.prepare_index_params()
     index.add_index("vector", index_type="FLAT", metric_type="COSINE")
     client.create_collection(collection, schema=fields, index_params=index)
     rows = [
-        {schema.CHUNK_ID: f"c{i}", schema.TENANT: "acme", schema.KIND: 0, schema.SOURCE: value,
-         schema.TAGS: [value], schema.DOC_DATE: i + 1, "vector": [1.0, float(i + 1)]}
+        {
+            schema.CHUNK_ID: f"c{i}",
+            schema.TENANT: "acme",
+            schema.KIND: 0,
+            schema.SOURCE: value,
+            schema.TAGS: [value],
+            schema.DOC_DATE: i + 1,
+            "vector": [1.0, float(i + 1)],
+        }
         for i, value in enumerate(HOSTILE_SOURCES)
     ]
     client.insert(collection, rows)
     try:
         for i, value in enumerate(HOSTILE_SOURCES):
-            for expr in (eq(schema.SOURCE, value),
-                         filter_from_request("acme", sources=[value]),
-                         filter_from_request("acme", tags=[value], time_after=i + 1, time_before=i + 2)):
+            for expr in (
+                eq(schema.SOURCE, value),
+                filter_from_request("acme", sources=[value]),
+                filter_from_request("acme", tags=[value], time_after=i + 1, time_before=i + 2),
+            ):
                 found = client.query(collection, filter=expr.render(), output_fields=[schema.SOURCE])
                 got = [(row[schema.CHUNK_ID], row[schema.SOURCE]) for row in found]
                 assert got == [(f"c{i}", value)], expr.render()

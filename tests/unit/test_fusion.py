@@ -10,8 +10,17 @@ from ragrpc.models import ChunkRecord, ScoredChunk, StageScores
 
 
 def hit(chunk_id: str, score: float) -> ScoredChunk:
-    chunk = ChunkRecord(chunk_id=chunk_id, document_id="d", tenant="t", collection="c", generation="g",
-                        text=f"text of {chunk_id}", vector=[], chunk_index=0, chunker="test")
+    chunk = ChunkRecord(
+        chunk_id=chunk_id,
+        document_id="d",
+        tenant="t",
+        collection="c",
+        generation="g",
+        text=f"text of {chunk_id}",
+        vector=[],
+        chunk_index=0,
+        chunker="test",
+    )
     return ScoredChunk(chunk=chunk, score=score)
 
 
@@ -54,7 +63,10 @@ def test_weighted_fusion_min_max_normalises_each_list() -> None:
     # dense normalised: a 1.0, b 0.5, c 0.0; sparse normalised: b 1.0, d 0.5, a 0.0
     # a = 0.7; b = 0.35 + 0.3 = 0.65; d = 0.15; c = 0.0
     assert [(h.chunk.chunk_id, round(h.score, 10)) for h in fused] == [
-        ("a", 0.7), ("b", 0.65), ("d", 0.15), ("c", 0.0),
+        ("a", 0.7),
+        ("b", 0.65),
+        ("d", 0.15),
+        ("c", 0.0),
     ]
     assert fused[1].scores == StageScores(dense=0.7, sparse=20.0, fused=pytest.approx(0.65))
 

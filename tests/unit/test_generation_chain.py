@@ -72,14 +72,10 @@ def request() -> GenerationRequest:
         source(2, "It is 330 metres tall and stands in Paris."),
     ]
     messages = [ChatMessage("system", "Answer from the sources."), ChatMessage("user", "When was it built?")]
-    return GenerationRequest(
-        messages, max_tokens=100, sources=sources, question="When was the Eiffel Tower completed?"
-    )
+    return GenerationRequest(messages, max_tokens=100, sources=sources, question="When was the Eiffel Tower completed?")
 
 
-def chain_of(
-    server: ChatServer, counter: TiktokenCounter, *models: str, first_token_s: float = 2.0
-) -> FallbackChain:
+def chain_of(server: ChatServer, counter: TiktokenCounter, *models: str, first_token_s: float = 2.0) -> FallbackChain:
     endpoints = [EndpointConfig(server.url, m, "RAGRPC_TEST_UNSET_KEY", 5.0) for m in models]
     return build_generator_chain(endpoints, first_token_timeout_s=first_token_s, counter=counter)
 
@@ -109,13 +105,13 @@ def done_of(events: list[tuple[float, object]]) -> GenerationDone:
 
 
 async def test_tokens_arrive_while_the_server_is_still_streaming(server, counter):
-    slow = model(server, Behaviour.stream(GOOD_TEXT, delay_s=0.1))
+    slow = model(server, Behaviour.stream(GOOD_TEXT, delay_s=0.3))
     events = await collect(chain_of(server, counter, slow), request())
     done = done_of(events)
     record = next(r for r in server.requests if r.model == slow)
     first_token_at = next(t for t, e in events if isinstance(e, TokenEvent))
     assert record.finished_at is not None
-    assert first_token_at < record.finished_at - 0.3  # 8 tokens x 0.1 s: the first came early
+    assert first_token_at < record.finished_at - 0.3  # 8 tokens x 0.3 s: the first came early
     assert done.model == slow and done.finish_reason == "stop"
     assert done.answer == GOOD_TEXT == answer_after_last_retraction(events)
     assert done.completion_tokens == 8  # usage as the server reported it (stream_options)
@@ -310,10 +306,7 @@ def test_parse_endpoints_pipe_format():
 
 
 def test_parse_endpoints_json_format_and_empty():
-    text = (
-        '[{"base_url": "http://localhost:11434/v1", "model": "llama3.2", '
-        '"api_key_env": "K", "timeout_s": 60}]'
-    )
+    text = '[{"base_url": "http://localhost:11434/v1", "model": "llama3.2", "api_key_env": "K", "timeout_s": 60}]'
     assert parse_endpoints(text) == [EndpointConfig("http://localhost:11434/v1", "llama3.2", "K", 60.0)]
     assert parse_endpoints("") == [] and parse_endpoints("  ") == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -112,8 +113,11 @@ async def test_recovery_removes_leftovers_of_a_crash(parts) -> None:  # type: ig
     record.pending_generation = "crashed-attempt"
     registry.put(record)
     # ... and a brand-new document that never finished.
-    registry.put(dataclasses.replace(record, document_id="doc-5", state=DocumentState.PROCESSING, generation="",
-                                     pending_generation="g5"))
+    registry.put(
+        dataclasses.replace(
+            record, document_id="doc-5", state=DocumentState.PROCESSING, generation="", pending_generation="g5"
+        )
+    )
     counts = app.recovery.run()
     assert counts["attempts_rolled_back"] == 2
     assert chunk_count(chunks, "doc-4") == record.chunk_count
@@ -124,9 +128,30 @@ async def test_recovery_removes_leftovers_of_a_crash(parts) -> None:  # type: ig
 
 async def test_concurrent_ingest_of_one_id_is_serialised(parts) -> None:  # type: ignore[no-untyped-def]
     chunks, registry, app = parts
-    await asyncio.gather(app.pipeline.ingest(item(TEXT, document_id="doc-6")),
-                         app.pipeline.ingest(item(b"other text entirely", document_id="doc-6")))
+    await asyncio.gather(
+        app.pipeline.ingest(item(TEXT, document_id="doc-6")),
+        app.pipeline.ingest(item(b"other text entirely", document_id="doc-6")),
+    )
     record = registry.get("t1", "doc-6")
     stored = chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-6"))
     assert {c.generation for c in stored} == {record.generation}
     assert len(stored) == record.chunk_count
+
+
+SCANNED_PDF = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "docs" / "pdf" / "docling__ocr_test.pdf"
+
+
+@pytest.mark.skipif(not SCANNED_PDF.exists(), reason="shared corpus missing")
+async def test_a_scanned_pdf_is_refused_and_its_record_shows_the_pages_without_text(parts) -> None:  # type: ignore[no-untyped-def]
+    chunks, registry, app = parts
+    with pytest.raises(errors.InvalidInputError, match="no text layer on 1 page"):
+        await app.pipeline.ingest(item(SCANNED_PDF.read_bytes(), "scan", "scan.pdf"))
+    record = registry.get("t1", "scan")
+    assert record.state == DocumentState.FAILED and "OCR" in record.error
+    assert record.pages_without_text == [1] and record.page_count == 1 and record.media_type == "application/pdf"
+    assert chunk_count(chunks, "scan") == 0
+    await app.pipeline.ingest(item(document_id="scan-later"))  # a replacement by a scan keeps the old facts
+    with pytest.raises(errors.InvalidInputError):
+        await app.pipeline.ingest(item(SCANNED_PDF.read_bytes(), "scan-later", "scan.pdf"))
+    kept = registry.get("t1", "scan-later")
+    assert kept.state == DocumentState.ACTIVE and kept.pages_without_text == [] and kept.media_type == "text/plain"

@@ -58,8 +58,7 @@ def test_an_exception_is_carried_as_text(captured: tuple[logging.Logger, io.Stri
     assert "Traceback" in str(line["exception"]) and "ValueError: bad chunk" in str(line["exception"])
 
 
-async def test_a_record_inside_a_call_carries_its_request_id(
-        captured: tuple[logging.Logger, io.StringIO]) -> None:
+async def test_a_record_inside_a_call_carries_its_request_id(captured: tuple[logging.Logger, io.StringIO]) -> None:
     logger, stream = captured
 
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -67,8 +66,13 @@ async def test_a_record_inside_a_call_carries_its_request_id(
         return request
 
     server = grpc.aio.server(interceptors=[RequestContextInterceptor(FixedTenantResolver("default"))])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        "test.v1.EchoService", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}),))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.v1.EchoService", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            ),
+        )
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -44,11 +44,14 @@ async def _join(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContex
 
 
 def _register(server: grpc.aio.Server) -> None:
-    handler = grpc.method_handlers_generic_handler(SERVICE, {
-        "Echo": grpc.unary_unary_rpc_method_handler(_echo),
-        "Count": grpc.unary_stream_rpc_method_handler(_count),
-        "Join": grpc.stream_unary_rpc_method_handler(_join),
-    })
+    handler = grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+            "Count": grpc.unary_stream_rpc_method_handler(_count),
+            "Join": grpc.stream_unary_rpc_method_handler(_join),
+        },
+    )
     server.add_generic_rpc_handlers((handler,))
 
 
@@ -79,8 +82,12 @@ class Stack:
 @pytest.fixture
 async def stack() -> AsyncIterator[Stack]:
     metrics = Metrics()
-    running = await build_server([ServiceRegistration(SERVICE, _register)], address="127.0.0.1:0",
-                                 max_message_bytes=1 << 20, interceptors=[MetricsInterceptor(metrics)])
+    running = await build_server(
+        [ServiceRegistration(SERVICE, _register)],
+        address="127.0.0.1:0",
+        max_message_bytes=1 << 20,
+        interceptors=[MetricsInterceptor(metrics)],
+    )
     await running.set_serving()
     http = serve_metrics(metrics, "127.0.0.1", 0)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
@@ -168,10 +175,14 @@ def test_each_metrics_owns_its_registry_and_exposes_every_metric() -> None:
     first.time_to_first_token.observe(0.4)
     first.documents.labels("ACTIVE").inc()
     text = first.exposition().decode()
-    for line in ('ragrpc_ingest_stage_seconds_count{stage="embed"} 1.0', "ragrpc_ingest_queue_depth 4.0",
-                 "ragrpc_chunks_written_total 12.0", 'ragrpc_tokens_generated_total{model="smollm2"} 7.0',
-                 "ragrpc_time_to_first_token_seconds_count 1.0",
-                 'ragrpc_documents_total{state="ACTIVE"} 1.0'):
+    for line in (
+        'ragrpc_ingest_stage_seconds_count{stage="embed"} 1.0',
+        "ragrpc_ingest_queue_depth 4.0",
+        "ragrpc_chunks_written_total 12.0",
+        'ragrpc_tokens_generated_total{model="smollm2"} 7.0',
+        "ragrpc_time_to_first_token_seconds_count 1.0",
+        'ragrpc_documents_total{state="ACTIVE"} 1.0',
+    ):
         assert line in text
     assert "ragrpc_chunks_written_total 0.0" in second.exposition().decode()
 

