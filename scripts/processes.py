@@ -134,6 +134,8 @@ class Stack:
 
     def __enter__(self) -> Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # SIGTERM (e.g. `kill`, a CI timeout) must still stop the child processes.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         return self
 
     def __exit__(self, *exc: object) -> None:
