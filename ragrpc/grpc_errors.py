@@ -29,17 +29,33 @@ def status_code_for(error: errors.RagrpcError) -> grpc.StatusCode:
     return grpc.StatusCode[errors.status_name(error)]
 
 
+# The status travels in trailing metadata, which clients cap (8 KiB by default): a message that
+# echoes a long request value would otherwise turn the answer into a client-side RESOURCE_EXHAUSTED.
+MAX_MESSAGE_BYTES = 800
+MAX_METADATA_VALUE_BYTES = 200
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """text cut to at most `limit` UTF-8 bytes (marked with an ellipsis when cut)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", "ignore") + "…"
+
+
 def rich_status(error: errors.RagrpcError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """The gRPC code and google.rpc.Status (with details) for an error."""
     code = status_code_for(error)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message)
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=clip(error.message))
+    metadata = {clip(k, MAX_METADATA_VALUE_BYTES): clip(str(v), MAX_METADATA_VALUE_BYTES)
+                for k, v in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     status.details.add().Pack(info)
     violations = getattr(error, "field_violations", [])
     if violations:
         bad = error_details_pb2.BadRequest()
         for field, description in violations:
-            bad.field_violations.add(field=field, description=description)
+            bad.field_violations.add(field=clip(field, MAX_METADATA_VALUE_BYTES), description=clip(description))
         status.details.add().Pack(bad)
     if isinstance(error, errors.UnavailableError):
         delay = duration_pb2.Duration()
@@ -50,7 +66,7 @@ def rich_status(error: errors.RagrpcError) -> tuple[grpc.StatusCode, status_pb2.
 
 async def abort_with_error(context: grpc.aio.ServicerContext, error: errors.RagrpcError) -> None:
     code, status = rich_status(error)
-    await context.abort(code, error.message, trailing_metadata=((STATUS_DETAILS_KEY, status.SerializeToString()),))
+    await context.abort(code, status.message, trailing_metadata=((STATUS_DETAILS_KEY, status.SerializeToString()),))
 
 
 async def _map_exception(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:

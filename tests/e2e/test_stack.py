@@ -129,6 +129,7 @@ def test_metrics_move_after_calls(stack_env: dict[str, str]) -> None:
     assert after[key] == before.get(key, 0.0) + 1
     assert after['ragrpc_tokens_generated_total{model="extractive"}'] > 0
     assert after["ragrpc_time_to_first_token_seconds_count"] >= 1
+    ingested = _upload(f"127.0.0.1:{stack_env['RAGRPC_INGEST_PORT']}", REPO / "samples" / "architecture.md")
     ingest_metrics = _scrape(stack_env["RAGRPC_INGEST_METRICS_PORT"])
-    assert ingest_metrics["ragrpc_chunks_written_total"] > 0
+    assert ingest_metrics["ragrpc_chunks_written_total"] >= ingested.document.chunk_count > 0
     assert any(k.startswith("ragrpc_ingest_stage_seconds_count") for k in ingest_metrics)
