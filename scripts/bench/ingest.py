@@ -1,0 +1,192 @@
+"""Ingestion: chunks/second end to end through the gRPC ingest service (IngestDocuments
+batches of SciFact abstracts, as `make eval` sends them) against the embedder alone
+encoding the same chunk texts (read back from the store) in the same run; PDF extraction
+pages/second in-process; peak RSS of the ingest process."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ingest_service.extract import build_default_registry
+from ragrpc.config import Settings
+from ragrpc.embeddings import SentenceTransformerEmbedder
+from ragrpc.models import ChunkKind
+from ragrpc.store import filters as f
+from ragrpc.store import schema as s
+from ragrpc.store.factory import open_milvus_stores
+from scripts.bench.common import (
+    PDF_DIR,
+    BenchConfig,
+    SectionResult,
+    load_scifact,
+    proc_cpu_seconds,
+    proc_status_kb,
+    ratio,
+)
+from scripts.eval import ingest as ingest_over_grpc
+from scripts.processes import Stack
+
+PREFIX = "bench_ingest"
+COLLECTION = "scifact"
+
+
+def pdf_extraction(pdf_dir: Path = PDF_DIR, every: int = 1) -> dict[str, Any]:
+    """Extracts every `every`-th PDF in-process; failing ones (encrypted, empty, broken) are skipped and
+    counted; pages/second over the rest."""
+    registry = build_default_registry()
+    pages, seconds, cpu_seconds, ok = 0, 0.0, 0.0, 0
+    skipped: dict[str, str] = {}
+    for path in sorted(pdf_dir.glob("*.pdf"))[::every]:
+        data = path.read_bytes()
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            document = registry.extract(data, file_name=path.name, media_type="application/pdf")
+        except Exception as exc:  # noqa: BLE001 - a benchmark skips what fails and says why
+            skipped[path.name] = f"{type(exc).__name__}: {str(exc)[:80]}"
+            continue
+        seconds += time.perf_counter() - started
+        cpu_seconds += time.process_time() - cpu
+        count = document.metadata.page_count or len({b.page for b in document.blocks if b.page})
+        pages += count
+        ok += 1
+    return {
+        "pages": pages,
+        "seconds": seconds,
+        "documents": ok,
+        "skipped": skipped,
+        "pages_per_s": pages / seconds if seconds else None,
+        "pages_per_cpu_s": pages / cpu_seconds if cpu_seconds else None,
+    }
+
+
+def stored_chunk_texts(settings: Settings, embedder: SentenceTransformerEmbedder) -> dict[str, list[str]]:
+    """document id -> texts of its retrievable chunks, in chunk order, read back from the store."""
+    stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=False)
+    rows: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for batch in stores.chunks.scan_chunks(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
+        for chunk in batch:
+            rows[chunk.document_id].append((chunk.chunk_index, chunk.text))
+    stores.connection.reset()
+    return {doc: [text for _, text in sorted(items)] for doc, items in rows.items()}
+
+
+def embed_alone(embedder: SentenceTransformerEmbedder, by_document: dict[str, list[str]]) -> dict[str, float]:
+    """Chunks/second of the embedder alone: all texts in batches of the configured size, and
+    one call per document (the batches the ingest pipeline forms)."""
+    texts = [t for items in by_document.values() for t in items]
+    started, cpu = time.perf_counter(), time.process_time()
+    embedder.embed_documents(texts)
+    batched, batched_cpu = time.perf_counter() - started, time.process_time() - cpu
+    started = time.perf_counter()
+    for items in by_document.values():
+        embedder.embed_documents(items)
+    per_document = time.perf_counter() - started
+    return {
+        "chunks": float(len(texts)),
+        "batched_chunks_per_s": len(texts) / batched,
+        "batched_chunks_per_cpu_s": len(texts) / batched_cpu if batched_cpu else float("nan"),
+        "per_document_chunks_per_s": len(texts) / per_document,
+    }
+
+
+def run(config: BenchConfig) -> SectionResult:
+    result = SectionResult("ingest")
+    pdf = pdf_extraction(every=4 if config.quick else 1)  # quick: every 4th PDF
+    result.data["pdf"] = pdf
+    result.add(
+        "PDF extraction",
+        pdf["pages_per_s"],
+        "pages/s",
+        note=f"{pdf['pages']} pages of {pdf['documents']} PDFs; {len(pdf['skipped'])} skipped; "
+        f"{pdf['pages_per_cpu_s'] or 0:.2f} pages per CPU-second",
+    )
+    if pdf["skipped"]:
+        result.notes.append(
+            "PDFs skipped (encrypted/empty/unreadable without a password): " + ", ".join(sorted(pdf["skipped"]))
+        )
+
+    dataset = load_scifact(config.ingest_docs)
+    data_dir = config.bench_dir / "ingest-stack"
+    shutil.rmtree(data_dir, ignore_errors=True)  # fresh: otherwise every document is "unchanged"
+    settings = dataclasses.replace(Settings.from_env(), collection_prefix=PREFIX)
+    embedder = SentenceTransformerEmbedder(
+        settings.embedding_model,
+        backend=settings.embedding_backend,
+        batch_size=settings.embedding_batch_size,
+        onnx_cache_dir=config.onnx_cache,
+    )
+    embedder.warm_up()
+    with Stack(data_dir) as stack:
+        stack.start_milvus()
+        address = stack.start_ingest({"RAGRPC_COLLECTION_PREFIX": PREFIX})
+        pid = stack.processes["ingest"].pid
+        before = proc_status_kb(pid)
+        pids = (pid, stack.processes["milvus"].pid)
+        cpu_before = sum(proc_cpu_seconds(p) for p in pids)
+        print(f"  ingesting {len(dataset.corpus)} SciFact documents over gRPC", file=sys.stderr, flush=True)
+        outcome = ingest_over_grpc(address, dataset, COLLECTION)
+        after = proc_status_kb(pid)
+        service_cpu = sum(proc_cpu_seconds(p) for p in pids) - cpu_before
+        milvus = proc_status_kb(stack.processes["milvus"].pid)
+        by_document = stored_chunk_texts(dataclasses.replace(settings, milvus_uri=stack.milvus_uri), embedder)
+    service_rate = outcome["chunks_written"] / outcome["seconds"] if outcome["seconds"] else None
+    alone = embed_alone(embedder, by_document)
+    result.data.update(
+        grpc=outcome,
+        embedder_alone=alone,
+        ingest_rss_kb={"ready": before, "after": after},
+        milvus_rss_kb=milvus,
+        service_cpu_s=service_cpu,
+        backend=settings.embedding_backend,
+        batch_size=settings.embedding_batch_size,
+    )
+    result.add(
+        "gRPC IngestDocuments",
+        service_rate,
+        "chunks/s",
+        ratio=ratio(service_rate, alone["batched_chunks_per_s"]),
+        versus="embedder alone",
+        note=f"{outcome['chunks_written']} chunks of {outcome['documents']} docs in {outcome['seconds']} s; "
+        f"{outcome['failed']} failed",
+    )
+    result.add(
+        "embedder alone, batches of " + str(settings.embedding_batch_size),
+        alone["batched_chunks_per_s"],
+        "chunks/s",
+        note=f"same {alone['chunks']:.0f} stored chunk texts",
+    )
+    result.add(
+        "embedder alone, one call per doc",
+        alone["per_document_chunks_per_s"],
+        "chunks/s",
+        ratio=ratio(alone["per_document_chunks_per_s"], alone["batched_chunks_per_s"]),
+        versus="batched",
+        note="the batches the pipeline forms (one document at a time)",
+    )
+    per_cpu = outcome["chunks_written"] / service_cpu if service_cpu > 0 else None
+    result.add(
+        "gRPC ingestion chunks per CPU-second",
+        per_cpu,
+        "chunks/cpu-s",
+        ratio=ratio(per_cpu, alone["batched_chunks_per_cpu_s"]),
+        versus="embedder alone",
+        note="CPU of the ingest + milvus-lite processes; steadier than wall time on a shared machine",
+    )
+    result.add(
+        "ingest process peak RSS (VmHWM)",
+        after.get("VmHWM", 0) / 1024,
+        "MiB",
+        note=f"ready: {before.get('VmRSS', 0) / 1024:.0f} MiB RSS",
+    )
+    result.add("milvus-lite peak RSS (VmHWM)", milvus.get("VmHWM", 0) / 1024, "MiB")
+    result.notes.append(
+        f"embedding backend {settings.embedding_backend} (service default) in both measurements; "
+        "target: gRPC ingestion >= 0.85 of the embedder alone"
+    )
+    return result

@@ -1,0 +1,87 @@
+"""Keeps the benchmark code (scripts/bench) from rotting: its quickest meaningful paths
+in-process, without the embedding model or a Milvus server (< 60 s)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragrpc.testing import HashingEmbedder
+from scripts.bench import report
+from scripts.bench.__main__ import main as bench_main
+from scripts.bench.common import BenchConfig, SectionResult, load_scifact, percentile, summary_ms
+from scripts.bench.ingest import pdf_extraction
+from scripts.bench.peers import bm25_peer, dense_peer
+from scripts.bench.querydata import CHUNKS_PER_DOCUMENT, chunk_records
+
+pytestmark = pytest.mark.slow
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "eval"
+needs_shared = pytest.mark.skipif(not (SHARED / "ir" / "scifact").exists(), reason="shared eval data missing")
+
+
+def test_percentiles_and_summary() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    stats = summary_ms([0.001] * 9 + [0.1])
+    assert stats["p50"] == pytest.approx(1.0) and stats["p99"] > 50
+
+
+def test_report_prints_tables_and_writes_json(tmp_path: Path) -> None:
+    section = SectionResult("synthetic", seconds=1.5)
+    section.add("speed", 123.456, "items/s", ratio=2.0, versus="baseline", note="a note")
+    section.add("missing", None, "ms")
+    section.notes.append("made up for the test")
+    broken = SectionResult("broken", error="RuntimeError: boom")
+    facts = report.machine_facts()
+    out = io.StringIO()
+    report.print_report([section, broken], facts, out)
+    text = out.getvalue()
+    assert "== synthetic" in text and "items/s" in text and "vs baseline" in text and "FAILED" in text
+    assert f"{facts['cpu_count']} cores" in text
+    path = tmp_path / "results.json"
+    report.write_json(path, report.to_json([section, broken], facts, quick=True))
+    payload = json.loads(path.read_text())
+    assert payload["sections"]["synthetic"]["figures"][0]["value"] == pytest.approx(123.456)
+    assert payload["machine"]["cpu_count"] == facts["cpu_count"]
+
+
+def test_unknown_section_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        bench_main(["--sections", "nonsense"])
+
+
+@needs_shared
+def test_peers_on_a_judged_subset() -> None:
+    dataset = load_scifact(200)
+    assert 150 <= len(dataset.corpus) <= 200 and dataset.judged_queries()
+    bm25 = bm25_peer(dataset)
+    assert 0.3 < bm25["ndcg@10"] <= 1.0 and bm25["latency_ms"]["p50"] > 0
+    embedder = HashingEmbedder(dimension=64)
+    texts = [d.full_text for d in dataset.corpus.values()]
+    doc_vectors = embedder.embed_documents(texts)
+    query_vectors = embedder.embed_documents(list(dataset.judged_queries().values()))
+    dense = dense_peer(dataset, np.asarray(doc_vectors), np.asarray(query_vectors))
+    assert 0.0 < dense["ndcg@10"] <= 1.0
+
+
+@needs_shared
+def test_pdf_extraction_counts_pages_and_skips_encrypted(tmp_path: Path) -> None:
+    for name in ("pypdf__crazyones.pdf", "pypdf__encrypted-file.pdf", "pdfplumber__empty.pdf"):
+        (tmp_path / name).symlink_to(SHARED / "docs" / "pdf" / name)
+    stats = pdf_extraction(tmp_path)
+    assert stats["documents"] == 1 and stats["pages"] >= 1 and stats["pages_per_s"] > 0
+    assert set(stats["skipped"]) == {"pypdf__encrypted-file.pdf", "pdfplumber__empty.pdf"}
+
+
+def test_bulk_rows_group_chunks_into_documents() -> None:
+    texts = [f"text {i}" for i in range(CHUNKS_PER_DOCUMENT + 5)]
+    vectors = np.eye(len(texts), 8, dtype=np.float32)
+    rows = chunk_records(texts, vectors, 0, len(texts))
+    assert len({r.chunk_id for r in rows}) == len(texts)
+    assert rows[0].document_id != rows[-1].document_id and rows[-1].chunk_index == 4
+    assert BenchConfig(quick=True).query_sizes == (1_000,)

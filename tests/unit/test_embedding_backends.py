@@ -1,0 +1,55 @@
+"""The ONNX backends of SentenceTransformerEmbedder: exported offline into a cache
+directory, same model id, vectors close to torch fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragrpc.embeddings import SentenceTransformerEmbedder, cpu_quantization_config
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "Cryo-electron microscopy resolves protein structures at near-atomic resolution.",
+    "Milvus stores dense vectors and searches them with an HNSW index.",
+    "Vitamin D supplementation did not reduce the risk of fractures in older adults.",
+    "gRPC streams let the server send ranked chunks before the answer is complete.",
+]
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="onnx-int8"):
+        SentenceTransformerEmbedder(backend="tensorflow")
+
+
+def test_quantization_config_follows_cpu_flags() -> None:
+    import platform
+
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        pytest.skip("ARM picks arm64 regardless of flags")
+    assert cpu_quantization_config("flags\t: fpu sse avx2 avx512f avx512_vnni\n") == "avx512_vnni"
+    assert cpu_quantization_config("flags\t: fpu sse avx2\n") == "avx2"
+
+
+@pytest.mark.slow
+def test_onnx_int8_exports_offline_and_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    torch_fp32 = SentenceTransformerEmbedder(backend="torch")
+    int8 = SentenceTransformerEmbedder(backend="onnx-int8", onnx_cache_dir=tmp_path)
+    reference = torch_fp32.embed_documents(SENTENCES)
+    quantised = int8.embed_documents(SENTENCES)
+    assert int8.model_id == torch_fp32.model_id
+    assert quantised.shape == reference.shape
+    assert np.allclose(np.linalg.norm(quantised, axis=1), 1.0, atol=1e-3)
+    cosine = np.sum(reference * quantised, axis=1)
+    assert float(cosine.mean()) > 0.98, cosine
+    written = list(tmp_path.rglob("model_*int8_*.onnx"))
+    assert written, "the int8 file was not written into the cache directory"
+    # A second embedder reuses the cached files (no re-export) and gives the same vectors.
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")}
+    again = SentenceTransformerEmbedder(backend="onnx-int8", onnx_cache_dir=tmp_path)
+    assert np.allclose(again.embed_documents(SENTENCES), quantised, atol=1e-5)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")} == stamps
