@@ -142,8 +142,9 @@ def prepare_onnx_model(source: str, cache_dir: Path, *, quantization: str | None
         found = sorted((target / "onnx").glob(f"model_*int8_{quantization}.onnx"))
         if not found:
             logger.info("quantising %s to int8 (%s)", target, quantization)
-            fp32 = SentenceTransformer(str(target), backend="onnx", device="cpu",
-                                       model_kwargs={"file_name": "onnx/model.onnx"})
+            fp32 = SentenceTransformer(
+                str(target), backend="onnx", device="cpu", model_kwargs={"file_name": "onnx/model.onnx"}
+            )
             export_dynamic_quantized_onnx_model(fp32, quantization, str(target))
             found = sorted((target / "onnx").glob(f"model_*int8_{quantization}.onnx"))
             if not found:
@@ -198,8 +199,9 @@ class SentenceTransformerEmbedder:
             kwargs: dict[str, Any] = {"device": self._device}
             if self._backend != "torch":
                 cache = self._onnx_cache_dir or default_onnx_cache_dir()
-                quantization = (self._quantization or cpu_quantization_config()) \
-                    if self._backend == "onnx-int8" else None
+                quantization = (
+                    (self._quantization or cpu_quantization_config()) if self._backend == "onnx-int8" else None
+                )
                 path, file_name = prepare_onnx_model(path, cache, quantization=quantization)
                 kwargs.update(backend="onnx", model_kwargs={"file_name": file_name})
             logger.info("loading embedding model %s (%s backend)", path, self._backend)
@@ -230,8 +232,11 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self._loaded.encode(
-            texts, batch_size=self._batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
 
@@ -240,6 +245,9 @@ class SentenceTransformerEmbedder:
 
 
 def embedder_from_settings(settings: Settings) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(settings.embedding_model, backend=settings.embedding_backend,
-                                       batch_size=settings.embedding_batch_size,
-                                       query_instruction=settings.query_instruction)
+    return SentenceTransformerEmbedder(
+        settings.embedding_model,
+        backend=settings.embedding_backend,
+        batch_size=settings.embedding_batch_size,
+        query_instruction=settings.query_instruction,
+    )

@@ -47,8 +47,9 @@ def rich_status(error: errors.RagrpcError) -> tuple[grpc.StatusCode, status_pb2.
     """The gRPC code and google.rpc.Status (with details) for an error."""
     code = status_code_for(error)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=clip(error.message))
-    metadata = {clip(k, MAX_METADATA_VALUE_BYTES): clip(str(v), MAX_METADATA_VALUE_BYTES)
-                for k, v in error.metadata.items()}
+    metadata = {
+        clip(k, MAX_METADATA_VALUE_BYTES): clip(str(v), MAX_METADATA_VALUE_BYTES) for k, v in error.metadata.items()
+    }
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     status.details.add().Pack(info)
     violations = getattr(error, "field_violations", [])

@@ -92,9 +92,7 @@ class TableChunker(PlannedChunker):
         # No row fits under the table's own (uncompacted) header: every part gets the repeated one.
         drafts = [Draft([(start, rows[first - 1].end)], self.name, start)] if first else []
         for group in pack(view, rows[first:], limits, min_tokens=self.config.min_chunk_tokens):
-            drafts.append(
-                Draft([(group.pieces[0].start, group.pieces[-1].end)], self.name, start, prefix=repeated)
-            )
+            drafts.append(Draft([(group.pieces[0].start, group.pieces[-1].end)], self.name, start, prefix=repeated))
         return drafts
 
     def _repeated_header(self, view: DocumentView, header: tuple[Range, Range], end: int) -> str:

@@ -46,8 +46,6 @@ def _wval(element: Any, path: str) -> str | None:
 
 
 @dataclass
-
-
 class _StyleInfo:
     name: str = ""
     outline_level: int | None = None
@@ -171,8 +169,6 @@ def _text_boxes(paragraph: Any) -> list[Any]:
 
 
 @dataclass
-
-
 class _BodyReader:
     styles: dict[str, _StyleInfo]
     numbering: dict[tuple[str, int], tuple[str, int]]
@@ -244,9 +240,7 @@ class _BodyReader:
             self.blocks.append(Block(BlockKind.PARAGRAPH, text, section_path=self.sections.path))
             return
         marker = self.next_marker(*info)
-        self.blocks.append(
-            Block(BlockKind.LIST_ITEM, marker + text, section_path=self.sections.path, level=info[1])
-        )
+        self.blocks.append(Block(BlockKind.LIST_ITEM, marker + text, section_path=self.sections.path, level=info[1]))
 
     def next_marker(self, num_id: str, ilvl: int) -> str:
         fmt, start = self.numbering.get((num_id, ilvl), ("decimal" if "number" in num_id else "bullet", 1))
@@ -264,9 +258,7 @@ class _BodyReader:
             return [child for tc in cells for child in tc if child.tag in (_w("p"), _w("tbl"), _w("sdt"))]
         text, header = markdown_table(grid)
         if text:
-            self.blocks.append(
-                Block(BlockKind.TABLE, text, section_path=self.sections.path, table_header=header)
-            )
+            self.blocks.append(Block(BlockKind.TABLE, text, section_path=self.sections.path, table_header=header))
         return []
 
 
@@ -297,9 +289,7 @@ def _table_grid(tbl: Any, max_cells: int) -> list[list[str]]:
 def _core_metadata(document: Any) -> DocumentMetadata:
     props = document.core_properties
     extra = {
-        k: v
-        for k, v in (("subject", props.subject), ("keywords", props.keywords), ("category", props.category))
-        if v
+        k: v for k, v in (("subject", props.subject), ("keywords", props.keywords), ("category", props.category)) if v
     }
     return DocumentMetadata(
         title=(props.title or "").strip(),

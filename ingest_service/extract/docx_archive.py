@@ -24,9 +24,7 @@ def check_zip_limits(data: bytes, limits: ExtractionLimits) -> None:
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise DocumentParseError(f"the .docx file is not a valid zip archive: {exc}") from exc
     if len(infos) > limits.max_zip_entries:
-        raise LimitExceededError(
-            f"the .docx archive has {len(infos)} entries (limit {limits.max_zip_entries})"
-        )
+        raise LimitExceededError(f"the .docx archive has {len(infos)} entries (limit {limits.max_zip_entries})")
     total = sum(info.file_size for info in infos)
     packed = max(1, sum(info.compress_size for info in infos))
     if total > limits.max_docx_uncompressed_bytes:

@@ -140,12 +140,7 @@ class _BlockBuilder:
         rows = list(table_rows(table))
         if len(rows) < 2:
             return False
-        return (
-            max(
-                sum(1 for c in tr.children if isinstance(c, Tag) and c.name in ("td", "th")) for tr, _ in rows
-            )
-            >= 2
-        )
+        return max(sum(1 for c in tr.children if isinstance(c, Tag) and c.name in ("td", "th")) for tr, _ in rows) >= 2
 
     def _atomic(self, tag: Tag) -> None:
         path = self.prefix + self.sections.path
@@ -156,18 +151,14 @@ class _BlockBuilder:
                 own = self.prefix + self.sections.enter(level, title)
                 self.blocks.append(Block(BlockKind.HEADING, title, section_path=own, level=level))
         elif tag.name == "pre":
-            self.blocks.append(
-                Block(BlockKind.CODE, tag.get_text(), section_path=path, language=_code_language(tag))
-            )
+            self.blocks.append(Block(BlockKind.CODE, tag.get_text(), section_path=path, language=_code_language(tag)))
         else:
             self._table(tag, path)
 
     def _table(self, table: Tag, path: tuple[str, ...]) -> None:
         caption = table.find("caption")
         if isinstance(caption, Tag) and caption.get_text(strip=True):
-            self.blocks.append(
-                Block(BlockKind.PARAGRAPH, caption.get_text(" ", strip=True), section_path=path)
-            )
+            self.blocks.append(Block(BlockKind.PARAGRAPH, caption.get_text(" ", strip=True), section_path=path))
         grid, header_rows = table_grid(table, self.limits.max_table_cells)
         text, header = markdown_table(merge_header(grid, header_rows))
         if text:
@@ -184,9 +175,7 @@ class _BlockBuilder:
         if self.open_items and self.lists:
             ordered, number = self.lists[-1]
             marker = f"{number}. " if ordered else "- "
-            self.blocks.append(
-                Block(BlockKind.LIST_ITEM, marker + text, section_path=path, level=len(self.lists) - 1)
-            )
+            self.blocks.append(Block(BlockKind.LIST_ITEM, marker + text, section_path=path, level=len(self.lists) - 1))
         else:
             self.blocks.append(Block(BlockKind.PARAGRAPH, text, section_path=path))
 
@@ -235,9 +224,7 @@ def html_metadata(marks: Landmarks) -> DocumentMetadata:
     )
 
 
-def html_fragment_blocks(
-    html: str, limits: ExtractionLimits, section_prefix: tuple[str, ...] = ()
-) -> list[Block]:
+def html_fragment_blocks(html: str, limits: ExtractionLimits, section_prefix: tuple[str, ...] = ()) -> list[Block]:
     """Blocks of an HTML snippet (used for HTML embedded in Markdown)."""
     soup = BeautifulSoup(html, "html.parser")
     return _BlockBuilder(soup, limits, section_prefix).build()

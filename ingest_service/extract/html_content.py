@@ -89,8 +89,6 @@ class NoiseFilter:
 
 
 @dataclass
-
-
 class Landmarks:
     """Elements found in one pass over the tree (instead of a find_all per question)."""
 

@@ -158,9 +158,7 @@ class _Reader:
 
     def indented_code(self, first: str) -> None:
         body = [first]
-        while self.pos < len(self.lines) and (
-            not self.lines[self.pos].strip() or _indent(self.lines[self.pos]) >= 4
-        ):
+        while self.pos < len(self.lines) and (not self.lines[self.pos].strip() or _indent(self.lines[self.pos]) >= 4):
             body.append(self.lines[self.pos])
             self.pos += 1
         self.emit(BlockKind.CODE, "\n".join(line.expandtabs(4)[4:] for line in body).rstrip())
@@ -190,9 +188,7 @@ class _Reader:
             self.list_indents.append(indent)
         if text.strip():
             bullet = "- " if marker in "-*+" else marker[:-1] + ". "
-            self.emit(
-                BlockKind.LIST_ITEM, bullet + inline_text(text.strip()), level=len(self.list_indents) - 1
-            )
+            self.emit(BlockKind.LIST_ITEM, bullet + inline_text(text.strip()), level=len(self.list_indents) - 1)
 
     def continue_list_item(self, text: str) -> None:
         last = self.blocks[-1] if self.blocks else None

@@ -18,8 +18,6 @@ _NUMBERED = re.compile(r"^(?:\d{1,2}|[a-z]|[ivx]{1,4})[.)]\s+\S")
 
 
 @dataclass
-
-
 class Paragraph:
     kind: BlockKind
     text: str
@@ -44,12 +42,7 @@ def _breaks_paragraph(current: list[Line], line: Line) -> bool:
         return True
     if abs(line.size - prev.size) > 0.15 * max(line.size, prev.size):
         return True
-    if (
-        prev.words
-        and line.words
-        and prev.words[0].bold != line.words[0].bold
-        and all(w.bold for w in prev.words)
-    ):
+    if prev.words and line.words and prev.words[0].bold != line.words[0].bold and all(w.bold for w in prev.words):
         return True
     indented = line.x0 > prev.x0 + 0.5 * height and not _starts_item(current[0].text)
     return indented and len(current) > 1
@@ -112,10 +105,7 @@ def _continue_tables(paragraphs: list[Paragraph]) -> None:
     for prev, cur in zip(paragraphs, paragraphs[1:], strict=False):
         if prev.kind is not BlockKind.TABLE or cur.kind is not BlockKind.TABLE or cur.page != prev.page + 1:
             continue
-        if (
-            prev.table_header.count("---") != cur.table_header.count("---")
-            or cur.table_header == prev.table_header
-        ):
+        if prev.table_header.count("---") != cur.table_header.count("---") or cur.table_header == prev.table_header:
             continue
         first_row = cur.table_header.split("\n")[0]
         body = cur.text.split("\n")[2:]
@@ -128,9 +118,7 @@ def build_blocks(paragraphs: list[Paragraph]) -> list[Block]:
     _continue_tables(paragraphs)
     body = _body_size(paragraphs)
     kinds = [_heading_kind(p, body) for p in paragraphs]
-    sizes = sorted(
-        {round(p.size * 2) / 2 for p, k in zip(paragraphs, kinds, strict=True) if k == "size"}, reverse=True
-    )
+    sizes = sorted({round(p.size * 2) / 2 for p, k in zip(paragraphs, kinds, strict=True) if k == "size"}, reverse=True)
     rank = {size: min(i + 1, 5) for i, size in enumerate(sizes)}
     sections = SectionTracker()
     blocks: list[Block] = []

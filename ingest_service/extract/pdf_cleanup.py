@@ -47,9 +47,7 @@ def remove_repeated_margins(pages: list[Page]) -> None:
             row
             for i, row in enumerate(page.rows)
             if i not in rows
-            or not (
-                counts[_margin_key(row)] >= threshold or is_boilerplate_line(" ".join(w.text for w in row))
-            )
+            or not (counts[_margin_key(row)] >= threshold or is_boilerplate_line(" ".join(w.text for w in row)))
         ]
 
 
@@ -63,13 +61,7 @@ def join_lines(lines: list[str]) -> str:
             continue
         if parts and parts[-1].endswith("\u00ad"):
             parts[-1] = parts[-1][:-1] + line
-        elif (
-            parts
-            and len(parts[-1]) > 1
-            and parts[-1][-1] == "-"
-            and parts[-1][-2].isalpha()
-            and line[0].islower()
-        ):
+        elif parts and len(parts[-1]) > 1 and parts[-1][-1] == "-" and parts[-1][-2].isalpha() and line[0].islower():
             stem = parts[-1][:-1].rsplit(" ", 1)[-1]
             keep_hyphen = stem.isupper() or stem.lower() in _COMPOUND_PREFIXES
             parts[-1] = (parts[-1] if keep_hyphen else parts[-1][:-1]) + line

@@ -11,8 +11,6 @@ from typing import Any
 
 
 @dataclass(slots=True)
-
-
 class Word:
     x0: float
     x1: float
@@ -24,8 +22,6 @@ class Word:
 
 
 @dataclass(slots=True)
-
-
 class Line:
     """One row (or one column's part of a row) in reading order; or a table."""
 
@@ -55,8 +51,6 @@ class Line:
 
 
 @dataclass
-
-
 class Page:
     number: int
     width: float
@@ -82,9 +76,7 @@ def turn_box(box: Box, turn: str, width: float, height: float) -> Box:
 
 def to_word(w: dict[str, Any], turn: str, size: tuple[float, float]) -> Word:
     font = str(w.get("fontname", "")).lower()
-    x0, top, x1, bottom = turn_box(
-        (float(w["x0"]), float(w["top"]), float(w["x1"]), float(w["bottom"])), turn, *size
-    )
+    x0, top, x1, bottom = turn_box((float(w["x0"]), float(w["top"]), float(w["x1"]), float(w["bottom"])), turn, *size)
     return Word(
         x0,
         x1,
@@ -143,9 +135,7 @@ def _coverage(rows: list[list[Word]], width: int) -> list[int]:
     return coverage
 
 
-def _low_runs(
-    coverage: list[int], left: int, right: int, limit: float, min_width: int
-) -> list[tuple[int, int]]:
+def _low_runs(coverage: list[int], left: int, right: int, limit: float, min_width: int) -> list[tuple[int, int]]:
     runs, start = [], None
     for x in range(left, right + 1):
         if coverage[x] <= limit and x < right:
@@ -200,9 +190,7 @@ def _keep_filled_columns(
             for row in rows
             if any(col_start <= (w.x0 + w.x1) / 2 < col_end for w in row)
         ]
-        wide_enough = col_end - col_start >= 0.18 * (right - left) and right - gutter[1] >= 0.18 * (
-            right - left
-        )
+        wide_enough = col_end - col_start >= 0.18 * (right - left) and right - gutter[1] >= 0.18 * (right - left)
         edge = max(ends, default=col_start)
         filled = sum(1 for e in ends if e >= edge - 0.2 * (col_end - col_start))
         if wide_enough and len(ends) >= 4 and filled >= 0.5 * len(ends):
