@@ -10,7 +10,7 @@ from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import Metrics, start_metrics_http_server
-from ragrpc.server import serve_until_signalled
+from ragrpc.server import run_service_main, serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores
 
 logger = logging.getLogger("ingest_service")
@@ -38,11 +38,14 @@ async def main() -> None:
         settings.milvus_uri,
         embedder.model_id,
     )
-    await serve_until_signalled(
-        running, settings.shutdown_grace_s, on_stop=lambda: components.jobs.drain(settings.shutdown_grace_s)
-    )
+
+    async def on_stop() -> None:
+        await components.jobs.drain(settings.shutdown_grace_s)
+        await components.pipeline.close()
+
+    await serve_until_signalled(running, settings.shutdown_grace_s, on_stop=on_stop)
     components.executor.shutdown(wait=False, cancel_futures=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_service_main(main, "ingest_service")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 from dataclasses import dataclass
 
+from ingest_service.chunk_records import copied_chunk_id, new_generation
 from ingest_service.requests import DOCUMENT_ID_PATTERN, DocumentSpecInput, validate_spec
 from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
 from ragrpc import errors
-from ragrpc.models import DocumentRecord, DocumentState
+from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterBuilder
@@ -134,8 +136,33 @@ class DocumentService:
             chunk.title = record.title
             chunk.tags = tuple(record.tags)
             chunk.metadata = dict(record.metadata)
-        if chunks:
+        if not chunks:
+            return
+        if self._chunks.upsert_keeps_partitions:
             self._chunks.upsert_chunks(chunks)
+        else:
+            self._rewrite_as_new_generation(record, chunks)
+
+    def _rewrite_as_new_generation(self, record: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        """For servers whose upsert breaks partition-key routing: the same crash-safe steps as a
+        replacement (new rows under a fresh generation, registry switch, old rows dropped; recovery
+        finishes any of them), with the stored vectors, so nothing is embedded again. Chunk ids change."""
+        generation = new_generation()
+        new_ids = {c.chunk_id: copied_chunk_id(c.chunk_id, generation) for c in chunks}
+        copies = [
+            dataclasses.replace(
+                c, chunk_id=new_ids[c.chunk_id], generation=generation, parent_id=new_ids.get(c.parent_id, c.parent_id)
+            )
+            for c in chunks
+        ]
+        record.pending_generation = generation
+        self._registry.put(record)
+        self._chunks.insert_chunks(copies)
+        old_generation = record.generation
+        record.generation, record.pending_generation, record.stale_generation = generation, "", old_generation
+        self._registry.put(record)
+        self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, old_generation))
+        record.stale_generation = ""
 
     def delete(self, tenant: str, document_id: str) -> int:
         """Deletes the chunks, then the registry row; a crash in between is finished by recovery."""

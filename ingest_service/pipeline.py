@@ -7,23 +7,25 @@ Crash safety: chunks are written under a fresh `generation`; queries show only c
 generation is the registry's current one, so until the registry switch the old version
 (or nothing) is visible, and after it the new one. Leftovers of an interrupted attempt are
 recorded in the registry (`pending_generation`, `stale_generation`) and removed by
-`DocumentRecovery` at the next start.
+`DocumentRecovery` at the next start. A failed attempt whose bookkeeping the store refused
+(Milvus unreachable) is settled in the background as soon as the store answers again, so
+no document stays PROCESSING until a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from ingest_service.chunk_records import build_chunk_records
+from ingest_service.chunk_records import build_chunk_records, new_generation
 from ingest_service.document_facts import DocumentFacts, gather_facts
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
@@ -70,10 +72,6 @@ class IngestOutcome:
 ProgressCallback = Callable[[ProgressEvent], None]
 
 
-def new_generation() -> str:
-    return f"{time.time_ns():x}-{uuid.uuid4().hex[:8]}"
-
-
 class IngestPipeline:
     """Ingests one document at a time; many can run concurrently on one event loop."""
 
@@ -91,6 +89,7 @@ class IngestPipeline:
         document_timeout_s: float = 900.0,
         clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
         observer: ProgressCallback | None = None,
+        settle_delays_s: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0),
     ) -> None:
         self._extractor = extractor
         self._planner = planner
@@ -104,6 +103,8 @@ class IngestPipeline:
         self._clean = clean
         self._observer = observer
         self._locks: dict[str, asyncio.Lock] = {}
+        self._settling: set[asyncio.Task[None]] = set()
+        self._settle_delays = settle_delays_s
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -115,13 +116,31 @@ class IngestPipeline:
         validate_spec(item.spec)
         content_hash = item.content_hash
         document_id = item.spec.document_id or derived_document_id(content_hash)
-        lock = self._locks.setdefault(f"{item.tenant}/{document_id}", asyncio.Lock())
+        async with self._document_lock(item.tenant, document_id):
+            return await self._ingest_locked(item, document_id, content_hash, report)
+
+    @contextlib.asynccontextmanager
+    async def _document_lock(self, tenant: str, document_id: str) -> AsyncIterator[None]:
+        """One attempt (or settling of an attempt) per document at a time, in this process."""
+        key = f"{tenant}/{document_id}"
+        lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             try:
-                return await self._ingest_locked(item, document_id, content_hash, report)
+                yield
             finally:
                 if not lock._waiters:  # type: ignore[attr-defined]
-                    self._locks.pop(f"{item.tenant}/{document_id}", None)
+                    self._locks.pop(key, None)
+
+    @property
+    def unsettled(self) -> int:
+        """Failed attempts whose bookkeeping waits for the store to come back."""
+        return len(self._settling)
+
+    async def close(self) -> None:
+        """Stops waiting for the store; what is still unsettled is finished by recovery at start."""
+        for task in list(self._settling):
+            task.cancel()
+        await asyncio.gather(*self._settling, return_exceptions=True)
 
     def _reporter(self, progress: ProgressCallback | None) -> ProgressCallback:
         observer = self._observer
@@ -178,15 +197,15 @@ class IngestPipeline:
             error: errors.RagrpcError = errors.DeadlineError(
                 f"ingestion took longer than {self._timeout_s:.0f}s and was abandoned"
             )
-            await self._fail(record, existing, error, report)
+            await self._fail(record, generation, error, report)
             raise error from None
         except errors.RagrpcError as exc:
-            await self._fail(record, existing, exc, report)
+            await self._fail(record, generation, exc, report)
             raise
         except Exception as exc:
             logger.exception("ingestion of %s failed unexpectedly", document_id)
             wrapped = errors.InternalError(f"ingestion failed unexpectedly: {type(exc).__name__}: {exc}")
-            await self._fail(record, existing, wrapped, report)
+            await self._fail(record, generation, wrapped, report)
             raise wrapped from exc
 
     def _start_record(
@@ -303,41 +322,91 @@ class IngestPipeline:
         record.chunk_count = sum(1 for d in drafts if d.kind == 0)
         await self._run(self._registry.put, record)  # the switch: new chunks become visible
         if old_generation:
-            await self._run(
-                self._chunks.delete_chunks, chunks_of_generation(record.tenant, record.document_id, old_generation)
-            )
-            record.stale_generation = ""
-            await self._run(self._registry.put, record)
+            try:
+                await self._run(
+                    self._chunks.delete_chunks,
+                    chunks_of_generation(record.tenant, record.document_id, old_generation),
+                )
+                record.stale_generation = ""
+                await self._run(self._registry.put, record)
+            except errors.RagrpcError as exc:
+                # The new version is in place; only removing the old one's chunks (invisible to queries
+                # already) waits for the store.
+                logger.warning("could not remove the replaced chunks of %s yet: %s", record.document_id, exc)
+                self._settle_later(record, "", None)
         report(ProgressEvent(record.document_id, "done", DocumentState.ACTIVE, record.chunk_count, written))
         return IngestOutcome(record, unchanged=False, chunks_written=written)
 
     async def _fail(
         self,
         record: DocumentRecord,
-        existing: DocumentRecord | None,
+        generation: str,
         error: errors.RagrpcError,
         report: ProgressCallback,
     ) -> None:
-        generation = record.pending_generation
         try:
-            await self._run(
-                self._chunks.delete_chunks, chunks_of_generation(record.tenant, record.document_id, generation)
+            await self._run(self._settle, record, generation, error)
+        except errors.RagrpcError as exc:
+            logger.warning(
+                "could not record the failure of %s (%s); retrying until the store is back", record.document_id, exc
             )
-            record.pending_generation = ""
-            record.error = error.message
-            record.error_code = _code_name(error)
-            if existing is not None and existing.state == DocumentState.ACTIVE:
-                record.state = DocumentState.ACTIVE  # the previous version stays in place
-            else:
-                record.state = DocumentState.FAILED
-            await self._run(self._registry.put, record)
-        except errors.RagrpcError:
-            logger.warning("could not record the failure of %s; recovery will", record.document_id)
+            self._settle_later(record, generation, error)
         report(
             ProgressEvent(
                 record.document_id, "done", DocumentState.FAILED, error=error.message, error_code=_code_name(error)
             )
         )
+
+    def _settle(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
+        """Brings the stored record of a failed (or half-finished) attempt to rest, judged by what is
+        stored now: the attempt's chunks go and its record (with what it learnt, e.g. pages without
+        text) is FAILED with `error`, or stays ACTIVE with the previous version; a replaced version's
+        leftover chunks go. An attempt that already switched (the store took the write but the reply
+        was lost) stays ACTIVE; one that a later attempt superseded is left alone."""
+        tenant, document_id = attempt.tenant, attempt.document_id
+        stored = self._registry.get(tenant, document_id)
+        if stored is None:
+            if generation:
+                self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
+            return
+        changed = False
+        if generation and stored.pending_generation == generation:
+            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
+            record = DocumentRecord(**{**attempt.__dict__})
+            record.generation, record.stale_generation = stored.generation, stored.stale_generation
+            record.pending_generation = ""
+            record.state = DocumentState.ACTIVE if stored.state == DocumentState.ACTIVE else DocumentState.FAILED
+            if error is not None:
+                record.error = error.message
+                record.error_code = _code_name(error)
+            stored, changed = record, True
+        if stored.stale_generation and stored.stale_generation != stored.generation:
+            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, stored.stale_generation))
+            stored.stale_generation = ""
+            changed = True
+        if changed:
+            self._registry.put(stored)
+
+    def _settle_later(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle_when_reachable(attempt, generation, error))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle_when_reachable(
+        self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None
+    ) -> None:
+        tries = 0
+        while True:
+            await asyncio.sleep(self._settle_delays[min(tries, len(self._settle_delays) - 1)])
+            tries += 1
+            try:
+                async with self._document_lock(attempt.tenant, attempt.document_id):
+                    await self._run(self._settle, attempt, generation, error)
+            except errors.RagrpcError as exc:
+                logger.info("settling %s: store still unreachable (%s)", attempt.document_id, exc.message)
+                continue
+            logger.info("settled the failed attempt of %s after %d tries", attempt.document_id, tries)
+            return
 
 
 def _mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import Metrics, start_metrics_http_server
-from ragrpc.server import serve_until_signalled
+from ragrpc.server import run_service_main, serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores
 
 logger = logging.getLogger("query_service")
@@ -51,4 +51,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_service_main(main, "query_service")

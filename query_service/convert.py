@@ -115,8 +115,12 @@ def scored_chunk_to_pb(hit: ScoredChunk, rank: int, score_kind: str) -> common_p
         if value is not None:
             setattr(stage, name, float(value))
     return common_pb2.ScoredChunk(
-        chunk=chunk, rank=rank, score=float(hit.score), score_kind=_SCORE_KINDS.get(score_kind, 0), stage_scores=stage  # type: ignore[arg-type]
-    )  # type: ignore[arg-type]
+        chunk=chunk,
+        rank=rank,
+        score=float(hit.score),
+        score_kind=_SCORE_KINDS.get(score_kind, 0),  # type: ignore[arg-type]
+        stage_scores=stage,
+    )
 
 
 def source_to_pb(source: ContextSource, score_kind: str) -> common_pb2.ScoredChunk:

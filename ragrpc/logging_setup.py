@@ -22,5 +22,8 @@ def configure_logging(level: str = "INFO", service: str = "ragrpc", log_format: 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers", "pymilvus"):
+    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # pymilvus logs a traceback for every failed call (one per request during a Milvus outage); each
+    # failure is translated into a ragrpc error that callers get and the services log, so only DEBUG keeps them.
+    logging.getLogger("pymilvus").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.CRITICAL)

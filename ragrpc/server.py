@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ragrpc import errors
 from ragrpc.grpc_errors import ErrorMappingInterceptor
 
 logger = logging.getLogger(__name__)
@@ -144,3 +146,18 @@ async def host_service(
     )
     await running.set_serving()
     return running
+
+
+def run_service_main(main: Callable[[], Coroutine[Any, Any, None]], service: str) -> None:
+    """asyncio.run(main()) for a service's __main__: a start-up refusal (a RagrpcError such as
+    FAILED_PRECONDITION for a feature the server lacks, or a bad setting) ends the process with
+    exit code 2 and one line a person can act on, not a traceback."""
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except (errors.RagrpcError, ValueError) as exc:
+        message = exc.message if isinstance(exc, errors.RagrpcError) else str(exc)
+        code = errors.status_name(exc) if isinstance(exc, errors.RagrpcError) else "INVALID_ARGUMENT"
+        logging.getLogger(service).error("%s cannot start: %s: %s", service, code, message)
+        sys.exit(2)

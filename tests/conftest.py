@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="long reliability test: run with make test-reliability")
     for item in items:
-        if "reliability" in item.keywords:
+        if item.get_closest_marker("reliability") is not None:
             item.add_marker(skip)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,16 @@ class CollectionNames:
         return cls(f"{prefix}_chunks", f"{prefix}_documents", f"{prefix}_jobs")
 
 
+def upsert_keeps_partitions(server_version: str) -> bool:
+    """Whether the server's upsert keeps rows in their partition-key partition. Milvus 2.3.x does not:
+    upserted rows vanish from filters on the key (measured on the 2.3.5 server PyPI ships; milvus-lite
+    and 2.4+ are fine). Unparseable versions are trusted."""
+    match = re.match(r"v?(\d+)\.(\d+)", server_version.strip())
+    if match is None:
+        return True
+    return (int(match.group(1)), int(match.group(2))) >= (2, 4)
+
+
 class CollectionSetup:
     """Ensures the collections exist with the expected model and are loaded."""
 
@@ -66,6 +77,8 @@ class CollectionSetup:
         self._names = names
         self._index = index
         self.bm25_supported = False
+        self.upsert_keeps_partitions = True
+        self.server_version = ""
 
     @translate_errors
     def ensure(self, model_id: str, dimension: int, *, create: bool = True) -> None:
@@ -100,6 +113,14 @@ class CollectionSetup:
             )
         )
         self.bm25_supported = self._has_sparse_field(client)
+        self.server_version = str(client.get_server_version())
+        self.upsert_keeps_partitions = upsert_keeps_partitions(self.server_version)
+        if not self.upsert_keeps_partitions:
+            logger.warning(
+                "Milvus %s moves upserted rows out of their partition-key partition; document updates "
+                "rewrite chunks as a new generation instead of upserting them (chunk ids change)",
+                self.server_version,
+            )
 
     def _check_model(self, client: Any, model_id: str, dimension: int, *, create: bool) -> None:
         rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])

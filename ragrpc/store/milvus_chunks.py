@@ -93,6 +93,10 @@ class MilvusChunkStore:
     def supports_bm25(self) -> bool:
         return self._setup.bm25_supported
 
+    @property
+    def upsert_keeps_partitions(self) -> bool:
+        return self._setup.upsert_keeps_partitions
+
     def _write(self, operation: str, rows: list[dict[str, Any]]) -> None:
         def call(client: Any) -> None:
             getattr(client, operation)(self._names.chunks, rows)

@@ -23,15 +23,20 @@ from ragrpc.store.milvus_chunks import chunk_to_row
 
 
 class InMemoryChunkStore:
-    def __init__(self, supports_bm25: bool = False) -> None:
+    def __init__(self, supports_bm25: bool = False, upsert_keeps_partitions: bool = True) -> None:
         self._rows: dict[str, ChunkRecord] = {}
         self._lock = threading.Lock()
         self._bm25 = supports_bm25
+        self._upsert_ok = upsert_keeps_partitions
         self.fail_next_insert: Exception | None = None  # fault injection for crash tests
 
     @property
     def supports_bm25(self) -> bool:
         return self._bm25
+
+    @property
+    def upsert_keeps_partitions(self) -> bool:
+        return self._upsert_ok
 
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
         if self.fail_next_insert is not None:

@@ -155,3 +155,116 @@ async def test_a_scanned_pdf_is_refused_and_its_record_shows_the_pages_without_t
         await app.pipeline.ingest(item(SCANNED_PDF.read_bytes(), "scan-later", "scan.pdf"))
     kept = registry.get("t1", "scan-later")
     assert kept.state == DocumentState.ACTIVE and kept.pages_without_text == [] and kept.media_type == "text/plain"
+
+
+class FlakyRegistry(InMemoryDocumentRegistry):
+    """A registry whose store goes away (every call UNAVAILABLE) while `down` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def get(self, tenant: str, document_id: str):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise errors.UnavailableError("Milvus is unreachable")
+        return super().get(tenant, document_id)
+
+    def put(self, record) -> None:  # type: ignore[no-untyped-def]
+        if self.down:
+            raise errors.UnavailableError("Milvus is unreachable")
+        super().put(record)
+
+
+async def wait_until(predicate, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def flaky_parts() -> tuple[InMemoryChunkStore, FlakyRegistry, IngestComponents]:
+    chunks, registry = InMemoryChunkStore(), FlakyRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    app.pipeline._settle_delays = (0.02,)  # retry quickly in the test
+    return chunks, registry, app
+
+
+async def test_failure_recorded_once_the_store_is_back_without_a_restart() -> None:
+    chunks, registry, app = flaky_parts()
+
+    def store_goes_away(batch) -> None:  # type: ignore[no-untyped-def]
+        registry.down = True  # the outage starts while the chunks are being written
+        raise errors.UnavailableError("Milvus is unreachable")
+
+    chunks.insert_chunks = store_goes_away  # type: ignore[method-assign]
+    with pytest.raises(errors.UnavailableError):
+        await app.pipeline.ingest(item(document_id="doc-9"))
+    assert registry._docs["t1/doc-9"].state == DocumentState.PROCESSING  # could not be recorded yet
+    assert app.pipeline.unsettled == 1
+    await asyncio.sleep(0.1)
+    assert app.pipeline.unsettled == 1  # still retrying while the store is down
+    registry.down = False
+    await wait_until(lambda: app.pipeline.unsettled == 0)
+    record = registry.get("t1", "doc-9")
+    assert record.state == DocumentState.FAILED and record.pending_generation == ""
+    assert "unreachable" in record.error and chunk_count(chunks, "doc-9") == 0
+
+
+async def test_replaced_chunks_removed_once_the_store_is_back() -> None:
+    chunks, registry, app = flaky_parts()
+    await app.pipeline.ingest(item(document_id="doc-10"))
+    old = registry.get("t1", "doc-10").generation
+    original_delete = chunks.delete_chunks
+
+    def delete_fails_once(expr):  # type: ignore[no-untyped-def]
+        chunks.delete_chunks = original_delete  # type: ignore[method-assign]
+        raise errors.UnavailableError("Milvus is unreachable")
+
+    chunks.delete_chunks = delete_fails_once  # type: ignore[method-assign]
+    outcome = await app.pipeline.ingest(item(b"Swans are the largest waterfowl.", document_id="doc-10"))
+    assert outcome.record.state == DocumentState.ACTIVE  # the new version is in place regardless
+    await wait_until(lambda: app.pipeline.unsettled == 0)
+    record = registry.get("t1", "doc-10")
+    assert record.stale_generation == "" and record.generation != old
+    assert [c.generation for c in chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-10"))] == [record.generation]
+
+
+async def test_close_stops_waiting_for_the_store() -> None:
+    chunks, registry, app = flaky_parts()
+
+    def outage(batch):  # type: ignore[no-untyped-def]
+        registry.down = True
+        raise errors.UnavailableError("Milvus is unreachable")
+
+    chunks.insert_chunks = outage  # type: ignore[method-assign]
+    with pytest.raises(errors.UnavailableError):
+        await app.pipeline.ingest(item(document_id="doc-11"))
+    assert app.pipeline.unsettled == 1
+    await app.pipeline.close()
+    assert app.pipeline.unsettled == 0
+
+
+async def test_update_on_a_store_whose_upsert_breaks_partitions_copies_into_a_new_generation() -> None:
+    """Milvus 2.3: UpdateDocument writes the chunks again under a fresh generation (same vectors,
+    parents re-linked), switches the registry and drops the old rows, instead of upserting."""
+    chunks, registry = InMemoryChunkStore(upsert_keeps_partitions=False), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    spec = DocumentSpecInput(document_id="doc-12", file_name="birds.txt", chunking_strategy="hierarchical")
+    await app.pipeline.ingest(IngestItem("t1", spec, TEXT))
+    before = registry.get("t1", "doc-12")
+    old_rows = {c.chunk_id: c for c in chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-12"), with_vectors=True)}
+    assert any(c.parent_id for c in old_rows.values())
+
+    record = app.documents.update("t1", "doc-12", fields=["tags"], tags=["birds"])
+
+    assert record.generation != before.generation and not record.pending_generation and not record.stale_generation
+    assert registry.get("t1", "doc-12").generation == record.generation
+    new_rows = chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-12"), with_vectors=True)
+    assert len(new_rows) == len(old_rows) and {c.generation for c in new_rows} == {record.generation}
+    assert all(c.tags == ("birds",) for c in new_rows)
+    ids = {c.chunk_id for c in new_rows}
+    assert not ids & set(old_rows) and all(c.parent_id in ids for c in new_rows if c.parent_id)
+    by_text = {(c.text, c.kind): c.vector for c in old_rows.values()}
+    assert all(by_text[(c.text, c.kind)] == c.vector for c in new_rows)  # nothing embedded again

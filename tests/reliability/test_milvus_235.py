@@ -1,0 +1,459 @@
+"""A real Milvus server: Milvus 2.3.5 standalone from PyPI (`pip install milvus==2.3.5`, which
+ships the server binary; no Docker). It has no BM25 function and no sparse vectors, so it tests
+that ragrpc runs on what such a server supports and refuses what it lacks, clearly, at start:
+
+  * the writer creates the collections without the BM25 function (CollectionSetup detects it);
+  * ingestion through the pipeline (gRPC), dense retrieval, `rank_bm25` sparse retrieval, hybrid;
+  * filters: document ids, sources with quotes and backslashes, tags (ARRAY), media types, dates;
+  * UpdateDocument (chunk upserts), replacement (generations), deletes;
+  * `RAGRPC_SPARSE_BACKEND=milvus_bm25` is refused with FAILED_PRECONDITION, in-process and when
+    the query service process starts.
+
+The test SKIPS (printing why) when the `milvus` package is not installed. The server opens
+ports on 0.0.0.0 besides the proxy (all chosen free here) and leaves a child behind on SIGTERM:
+its whole process group is killed at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import field_mask_pb2, timestamp_pb2
+
+from ragrpc import errors
+from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
+from tests.reliability.conftest import ServiceProcess, check_invariants, free_port, print_table, service_env
+from tests.support import hostile_inputs as hi
+
+PORT_OPTIONS = (
+    "proxy_port",
+    "etcd_port",
+    "root_coord_port",
+    "proxy_internal_port",
+    "query_coord_port",
+    "query_node_port",
+    "index_coord_port",
+    "index_node_port",
+    "data_coord_port",
+    "data_node_port",
+)
+REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _milvus_server_executable() -> tuple[str | None, str]:
+    try:
+        import milvus  # noqa: F401
+    except ImportError:
+        return None, (
+            "the `milvus` package (Milvus 2.3.5 server from PyPI) is not installed: "
+            "`.venv/bin/pip install milvus==2.3.5` to run the tests against a real Milvus server"
+        )
+    executable = Path(sys.executable).with_name("milvus-server")
+    if not executable.exists():
+        found = shutil.which("milvus-server")
+        if not found:
+            return None, "the `milvus` package is installed but its `milvus-server` entry point was not found"
+        executable = Path(found)
+    return str(executable), ""
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Milvus235:
+    def __init__(self, executable: str, root: Path) -> None:
+        self.executable = executable
+        self.root = root
+        self.ports = {name: free_port() for name in PORT_OPTIONS}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = root / "milvus-server.log"
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.ports['proxy_port']}"
+
+    def start(self, timeout_s: float = 240.0) -> float:
+        started = time.monotonic()
+        command = [self.executable, "--data", str(self.root / "data")]
+        for name, port in self.ports.items():
+            command += [f"--{name.replace('_', '-')}", str(port)]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root
+            )
+        from ragrpc.store.milvus_connection import MilvusConnection
+
+        deadline = time.monotonic() + timeout_s
+        while not _port_open(self.ports["proxy_port"]):
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"milvus-server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError("milvus-server did not open its proxy port in time")
+            time.sleep(0.5)
+        connection = MilvusConnection(self.uri, timeout_s=30)
+        connection.wait_until_ready(max(10.0, deadline - time.monotonic()))
+        version = connection.call(lambda c: c.get_server_version())
+        connection.reset()
+        print(
+            f"\n[milvus 2.3.5] server version {version} on {self.uri} (pid {self.process.pid}), "
+            f"started in {time.monotonic() - started:.1f}s"
+        )
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # SIGTERM alone leaves `milvus run standalone` behind
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the child, whatever the parent did
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def milvus235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Milvus235]:
+    executable, reason = _milvus_server_executable()
+    if executable is None:
+        print(f"\nSKIP test_milvus_235: {reason}")
+        pytest.skip(reason)
+    server = Milvus235(executable, tmp_path_factory.mktemp("milvus235"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+async def _upload(stub: ingest_pb2_grpc.IngestServiceStub, content: bytes, **spec: Any) -> ingest_pb2.Document:
+    async def messages():  # type: ignore[no-untyped-def]
+        yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(**spec))
+        yield ingest_pb2.UploadDocumentRequest(data=content)
+
+    return (await stub.UploadDocument(messages(), timeout=120)).document
+
+
+async def _retrieve(stub: retrieve_pb2_grpc.RetrieveServiceStub, query: str, **options: Any) -> tuple[list[Any], Any]:
+    responses = [
+        r
+        async for r in stub.Retrieve(
+            retrieve_pb2.RetrieveRequest(query=query, options=retrieve_pb2.RetrievalOptions(**options)), timeout=60
+        )
+    ]
+    return [r.chunk for r in responses if r.HasField("chunk")], responses[-1].summary
+
+
+HERONS = (
+    b"# Herons\n\nGrey herons stand still in shallow water and spear fish with their bills.\n\n"
+    b"## Nesting\n\nHerons nest in colonies called heronries, high in tall trees near lakes.\n"
+)
+HERONS_V2 = (
+    b"# Herons\n\nRevised: herons also hunt voles and frogs in wet meadows at dawn.\n\n"
+    b"## Flight\n\nIn flight a heron folds its neck back into an S shape.\n"
+)
+STOCKS = b"The stock market fell sharply on Tuesday after the central bank raised interest rates again."
+QUOTED_SOURCE = 'C:\\notes\\birds "grey" heron\'s.md'  # backslashes, double and single quotes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
+    from ingest_service.app import build_components as build_ingest
+    from ingest_service.app import start_ingest_server
+    from query_service.app import build_components as build_query
+    from query_service.app import build_sparse, start_query_server
+    from ragrpc.store import filters as f
+    from ragrpc.store import schema as s
+    from ragrpc.store.factory import open_milvus_stores
+    from ragrpc.testing import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    config = dataclasses.replace(
+        settings, milvus_uri=milvus235.uri, collection_prefix="m235", sparse_backend="rank_bm25", index_type="HNSW"
+    )
+    started = time.monotonic()
+    stores = open_milvus_stores(config, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
+    fields = [fld["name"] for fld in stores.connection.call(lambda c: c.describe_collection("m235_chunks"))["fields"]]
+    print(
+        f"collections ready in {time.monotonic() - started:.1f}s; BM25 function supported: "
+        f"{stores.setup.bm25_supported}; chunk fields: {fields}"
+    )
+    assert stores.setup.bm25_supported is False and s.SPARSE not in fields
+
+    with pytest.raises(errors.PreconditionError) as refused:
+        build_sparse(dataclasses.replace(config, sparse_backend="milvus_bm25"), stores.chunks, stores.registry)
+    assert errors.status_name(refused.value) == "FAILED_PRECONDITION" and "rank_bm25" in refused.value.message
+    print(f"milvus_bm25 refused in-process: FAILED_PRECONDITION: {refused.value.message}")
+
+    ingest = build_ingest(config, embedder, stores.chunks, stores.registry)
+    query = build_query(config, embedder, stores.chunks, stores.registry)
+    ingest_server = await start_ingest_server(config, ingest, "127.0.0.1:0")
+    query_server = await start_query_server(config, query, "127.0.0.1:0")
+    rows: list[tuple[str, str]] = []
+    try:
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{ingest_server.port}") as ingest_channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{query_server.port}") as query_channel,
+        ):
+            ingest_stub = ingest_pb2_grpc.IngestServiceStub(ingest_channel)
+            query_stub = retrieve_pb2_grpc.RetrieveServiceStub(query_channel)
+            herons = await _upload(
+                ingest_stub,
+                HERONS,
+                file_name="herons.md",
+                document_id="herons",
+                source=QUOTED_SOURCE,
+                tags=["birds", 'quote"tag', "back\\slash"],
+                metadata={"k": 'v "x"'},
+            )
+            await _upload(ingest_stub, STOCKS, file_name="stocks.txt", document_id="stocks", tags=["finance"])
+            await _upload(
+                ingest_stub,
+                hi.minimal_pdf(["Kingfishers dive from branches into clear streams."] * 3),
+                file_name="kingfisher.pdf",
+                document_id="kingfisher",
+                tags=["birds"],
+            )
+            await _upload(
+                ingest_stub,
+                hi.small_docx("Cormorants dry their wings on rocks after diving."),
+                file_name="cormorant.docx",
+                document_id="cormorant",
+                tags=["birds"],
+            )
+            assert herons.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and herons.chunk_count >= 1
+            rows.append(("ingest md/txt/pdf/docx", "4 documents ACTIVE"))
+
+            async def top(query_text: str, **options: Any) -> list[str]:
+                chunks, _ = await _retrieve(query_stub, query_text, **options)
+                return [c.chunk.document_id for c in chunks]
+
+            dense, summary = await _retrieve(query_stub, "where do herons nest", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE)
+            assert dense and dense[0].chunk.document_id == "herons" and summary.dense_candidates > 0
+            rows.append(("dense (HNSW, COSINE)", f"top hit herons, score {dense[0].score:.3f}"))
+            sparse, summary = await _retrieve(query_stub, "heronries colonies", mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE)
+            assert sparse and sparse[0].chunk.document_id == "herons" and summary.sparse_backend == "rank_bm25"
+            rows.append(("sparse (rank_bm25)", f"top hit herons, backend {summary.sparse_backend}"))
+            hybrid, summary = await _retrieve(query_stub, "interest rates stock market")
+            assert hybrid and hybrid[0].chunk.document_id == "stocks"
+            rows.append(
+                (
+                    "hybrid (RRF)",
+                    f"top hit stocks, {summary.dense_candidates} dense + {summary.sparse_candidates} sparse candidates",
+                )
+            )
+
+            only = await top("birds", filter=retrieve_pb2.MetadataFilter(sources=[QUOTED_SOURCE]))
+            assert set(only) == {"herons"}, only
+            assert set(await top("birds", filter=retrieve_pb2.MetadataFilter(tags=['quote"tag']))) == {"herons"}
+            assert set(await top("birds", filter=retrieve_pb2.MetadataFilter(tags=["back\\slash"]))) == {"herons"}
+            assert set(await top("birds", top_k=20, filter=retrieve_pb2.MetadataFilter(tags=["birds"]))) == {
+                "herons",
+                "kingfisher",
+                "cormorant",
+            }
+            assert set(await top("market", filter=retrieve_pb2.MetadataFilter(document_ids=["stocks", 'x"y']))) == {
+                "stocks"
+            }
+            assert set(await top("birds", filter=retrieve_pb2.MetadataFilter(media_types=["application/pdf"]))) == {
+                "kingfisher"
+            }
+            future = timestamp_pb2.Timestamp(seconds=4_000_000_000)
+            assert await top("birds", filter=retrieve_pb2.MetadataFilter(document_time_after=future)) == []
+            rows.append(("filters", "source with \\ \" ', tags ARRAY (quote, backslash), ids, media type, date"))
+
+            replaced = await _upload(
+                ingest_stub,
+                HERONS_V2,
+                file_name="herons.md",
+                document_id="herons",
+                source=QUOTED_SOURCE,
+                tags=["birds"],
+            )
+            texts = [
+                c.chunk.text
+                for c in (
+                    await _retrieve(
+                        query_stub, "herons", top_k=20, filter=retrieve_pb2.MetadataFilter(document_ids=["herons"])
+                    )
+                )[0]
+            ]
+            assert texts and all("heronries" not in t for t in texts) and any("voles" in t for t in texts), texts
+            generations = {c.generation for c in stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "herons"), 100)}
+            record = stores.registry.get("default", "herons")
+            assert record is not None and generations == {record.generation}, (generations, record)
+            rows.append(("replacement", f"{replaced.chunk_count} new chunks, one generation stored"))
+
+            deleted = await ingest_stub.DeleteDocument(
+                ingest_pb2.DeleteDocumentRequest(document_id="stocks"), timeout=60
+            )
+            assert await top("market", filter=retrieve_pb2.MetadataFilter(document_ids=["stocks"])) == []
+            assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "stocks")) == 0
+            with pytest.raises(grpc.aio.AioRpcError) as missing:
+                await ingest_stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="stocks"), timeout=30)
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            rows.append(("delete", f"{deleted.chunks_deleted} chunks deleted, NOT_FOUND afterwards"))
+    finally:
+        await ingest_server.stop(0)
+        await query_server.stop(0)
+        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        query.executor.shutdown(wait=False, cancel_futures=True)
+    report = check_invariants(stores.chunks, stores.registry)
+    rows.append(("store invariants", report.summary()))
+    print_table("ragrpc against Milvus 2.3.5 standalone", rows, ("path", "result"))
+    assert not report.problems, report.problems
+
+
+@pytest.mark.reliability
+@pytest.mark.timeout(900)
+def test_query_service_refuses_milvus_bm25_at_start(milvus235: Milvus235, tmp_path: Path) -> None:
+    """The query service process, started against 2.3.5 with the default RAGRPC_SPARSE_BACKEND
+    (milvus_bm25), stops at start with a FAILED_PRECONDITION-style message naming the fix. (It
+    loads the real model first, ~30-50 s here: --run-reliability only; the regular suite checks
+    the same refusal in-process in test_pipeline_against_milvus_235.)"""
+    from ragrpc.config import Settings
+    from ragrpc.store.factory import open_milvus_stores
+
+    config = dataclasses.replace(Settings(), milvus_uri=milvus235.uri, collection_prefix="m235real")
+    open_milvus_stores(config, model_id=REAL_MODEL_ID, dimension=384, writer=True).connection.reset()
+    env = service_env(
+        {
+            "RAGRPC_MILVUS_URI": milvus235.uri,
+            "RAGRPC_COLLECTION_PREFIX": "m235real",
+            "RAGRPC_SPARSE_BACKEND": "milvus_bm25",
+            "RAGRPC_QUERY_PORT": str(free_port()),
+        }
+    )
+    service = ServiceProcess("query-milvus_bm25", "query_service", int(env["RAGRPC_QUERY_PORT"]), env, tmp_path)
+    started = time.monotonic()
+    service.spawn()
+    assert service.process is not None
+    try:
+        code = service.process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        service.kill()
+        raise AssertionError(f"the query service did not refuse to start:\n{service.log_tail()}") from None
+    log = service.log_text()
+    last = [line for line in log.splitlines() if "milvus_bm25" in line]
+    print(
+        f"\nquery service with RAGRPC_SPARSE_BACKEND=milvus_bm25 exited with {code} after "
+        f"{time.monotonic() - started:.1f}s; it said: {last[-1] if last else log[-500:]}"
+    )
+    assert code != 0
+    assert "PreconditionError" in log or "FAILED_PRECONDITION" in log, log[-2000:]
+    assert "rank_bm25" in log and "BM25" in log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_update_document_against_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
+    """UpdateDocument rewrites the chunks' tags with an upsert: the document must stay retrievable
+    (under its tenant) and the new tag must be filterable."""
+    from ingest_service.app import build_components as build_ingest
+    from ingest_service.app import start_ingest_server
+    from query_service.app import build_components as build_query
+    from query_service.app import start_query_server
+    from ragrpc.store import filters as f
+    from ragrpc.store import schema as s
+    from ragrpc.store.factory import open_milvus_stores
+    from ragrpc.testing import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    config = dataclasses.replace(
+        settings, milvus_uri=milvus235.uri, collection_prefix="m235upd", sparse_backend="rank_bm25"
+    )
+    stores = open_milvus_stores(config, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
+    ingest = build_ingest(config, embedder, stores.chunks, stores.registry)
+    query = build_query(config, embedder, stores.chunks, stores.registry)
+    ingest_server = await start_ingest_server(config, ingest, "127.0.0.1:0")
+    query_server = await start_query_server(config, query, "127.0.0.1:0")
+    try:
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{ingest_server.port}") as ingest_channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{query_server.port}") as query_channel,
+        ):
+            ingest_stub = ingest_pb2_grpc.IngestServiceStub(ingest_channel)
+            query_stub = retrieve_pb2_grpc.RetrieveServiceStub(query_channel)
+            text = " ".join(
+                f"Kingfisher note {n}: kingfishers dive from branches into clear streams." for n in range(40)
+            )
+            uploaded = await _upload(
+                ingest_stub,
+                text.encode(),
+                file_name="kingfisher.txt",
+                document_id="kingfisher",
+                tags=["birds"],
+                chunking=ingest_pb2.ChunkingOptions(
+                    strategy=ingest_pb2.CHUNKING_STRATEGY_FIXED_TOKENS, chunk_size_tokens=24, chunk_overlap_tokens=4
+                ),
+            )
+            assert uploaded.chunk_count >= 10, uploaded.chunk_count  # many chunk ids: no lucky routing
+            before = sorted({c.chunk.document_id for c in (await _retrieve(query_stub, "kingfishers"))[0]})
+            await ingest_stub.UpdateDocument(
+                ingest_pb2.UpdateDocumentRequest(
+                    document=ingest_pb2.Document(document_id="kingfisher", tags=["birds", "retagged"]),
+                    update_mask=field_mask_pb2.FieldMask(paths=["tags"]),
+                ),
+                timeout=60,
+            )
+            after = sorted(
+                {
+                    c.chunk.document_id
+                    for c in (await _retrieve(query_stub, "kingfishers", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE))[0]
+                }
+            )
+            tagged = sorted(
+                {
+                    c.chunk.document_id
+                    for c in (
+                        await _retrieve(
+                            query_stub,
+                            "kingfishers",
+                            mode=retrieve_pb2.RETRIEVAL_MODE_DENSE,
+                            filter=retrieve_pb2.MetadataFilter(tags=["retagged"]),
+                        )
+                    )[0]
+                }
+            )
+    finally:
+        await ingest_server.stop(0)
+        await query_server.stop(0)
+        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        query.executor.shutdown(wait=False, cancel_futures=True)
+    by_tenant = stores.chunks.count_chunks(f.eq(s.TENANT, "default"))
+    by_document = stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "kingfisher"))
+    print(
+        f"\nbefore UpdateDocument: dense+sparse hits {before}; after: dense hits {after}, with the new tag "
+        f'{tagged}; chunks found by `tenant == "default"`: {by_tenant}, by `document_id`: {by_document}'
+    )
+    assert before == ["kingfisher"]
+    assert by_tenant == by_document, (
+        f'after UpdateDocument\'s upsert, `tenant == "default"` finds {by_tenant} of the {by_document} chunks '
+        "`document_id` finds: on Milvus 2.3.5 an upsert into the partition-key (tenant) collection lands the rows "
+        "where partition-key pruning does not look, so every query (always tenant-filtered) loses the document"
+    )
+    assert after == ["kingfisher"] and tagged == ["kingfisher"]
