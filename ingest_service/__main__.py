@@ -11,7 +11,7 @@ from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import Metrics, start_metrics_http_server
 from ragrpc.server import run_service_main, serve_until_signalled
-from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.factory import open_milvus_stores, wal_flusher
 
 logger = logging.getLogger("ingest_service")
 
@@ -29,6 +29,10 @@ async def main() -> None:
         open_milvus_stores, settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True
     )
     components = build_components(settings, embedder, stores.chunks, stores.registry, metrics)
+    flusher = wal_flusher(settings, stores)
+    flushing = asyncio.create_task(flusher.run()) if flusher is not None else None
+    if flusher is not None:
+        logger.info("flushing written collections after %.1fs without writes", settings.milvus_flush_idle_s)
     await run_recovery(components)
     running = await start_ingest_server(settings, components, metrics=metrics)
     logger.info(
@@ -42,6 +46,9 @@ async def main() -> None:
     async def on_stop() -> None:
         await components.jobs.drain(settings.shutdown_grace_s)
         await components.pipeline.close()
+        if flushing is not None and flusher is not None:
+            flushing.cancel()
+            await asyncio.to_thread(flusher.flush_if_due, force=True)
 
     await serve_until_signalled(running, settings.shutdown_grace_s, on_stop=on_stop)
     components.executor.shutdown(wait=False, cancel_futures=True)

@@ -41,6 +41,16 @@ class Settings:
     ivf_nlist: int = _setting(1024, "RAGRPC_IVF_NLIST", "IVF_FLAT nlist")
     ivf_nprobe: int = _setting(32, "RAGRPC_IVF_NPROBE", "IVF_FLAT nprobe at search time")
     store_timeout_s: float = _setting(30.0, "RAGRPC_STORE_TIMEOUT_S", "Timeout of one Milvus call")
+    milvus_flush: str = _setting(
+        "auto",
+        "RAGRPC_MILVUS_FLUSH",
+        "Ingest flushes written collections: auto (only on a milvus-lite server, which otherwise keeps every "
+        "row in its WAL and searches slowly), on or off",
+    )
+    milvus_flush_idle_s: float = _setting(2.0, "RAGRPC_MILVUS_FLUSH_IDLE_S", "Flush once writes have paused this long")
+    milvus_flush_max_interval_s: float = _setting(
+        60.0, "RAGRPC_MILVUS_FLUSH_MAX_INTERVAL_S", "Flush at least this often while writes continue"
+    )
     # Embeddings
     embedding_model: str = _setting(
         BUNDLED_MODEL,

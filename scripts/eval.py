@@ -25,6 +25,7 @@ import grpc
 
 from ragrpc.evaluation import BeirDataset, evaluate, load_beir
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
+from scripts.bench.peers import bm25_peer
 from scripts.processes import REPO, Stack
 
 _ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -146,11 +147,27 @@ def run_config(address: str, dataset: BeirDataset, collection: str, config: Conf
     return metrics, latencies[len(latencies) // 2] * 1000.0
 
 
+BASELINE = "plain rank-bm25 (in-process)"
+
+
+def baseline_row(dataset: BeirDataset, baseline: dict) -> dict[str, float]:
+    """The plain rank-bm25 baseline (lowercase \\w+ tokens, no stemming, whole documents), scored alike."""
+    metrics = evaluate(baseline["run"], {q: dataset.qrels[q] for q in dataset.judged_queries()}, k_values=(10, 100))
+    return {
+        "ndcg@10": metrics["ndcg@10"],
+        "recall@100": metrics["recall@100"],
+        "mrr@10": metrics["mrr@10"],
+        "p50_ms": baseline["latency_ms"]["p50"],
+    }
+
+
 def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
     path_text, _, split = spec.partition(":")
     path = Path(path_text).resolve()
     dataset = load_beir(path, split or "test")
     name = path.name
+    baseline = bm25_peer(dataset)
+    print(f"  {name:10s} {'plain rank-bm25 baseline':28s} nDCG@10 {baseline['ndcg@10']:.4f}", file=sys.stderr)
     with Stack(REPO / ".eval" / name) as stack:
         stack.start_milvus()
         ingest_address = stack.start_ingest({"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"})
@@ -158,7 +175,7 @@ def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
         env = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"}
         backends = ["rank_bm25"] + (["milvus_bm25"] if include_milvus_bm25 else [])
         addresses = {b: stack.start_query(f"query-{b}", {**env, "RAGRPC_SPARSE_BACKEND": b}) for b in backends}
-        rows = {}
+        rows = {BASELINE: baseline_row(dataset, baseline)}
         for config in configs(include_milvus_bm25):
             metrics, p50 = run_config(addresses[config.backend], dataset, name, config)
             rows[config.name] = {

@@ -12,6 +12,7 @@ from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConf
 from ragrpc.store.milvus_chunks import MilvusChunkStore
 from ragrpc.store.milvus_connection import MilvusConnection
 from ragrpc.store.milvus_registry import MilvusDocumentRegistry
+from ragrpc.store.wal_flusher import WalFlusher, flush_enabled
 
 
 @dataclass
@@ -56,4 +57,17 @@ def open_milvus_stores(
             time.sleep(1.0)
     return MilvusStores(
         connection, setup, MilvusChunkStore(connection, names, index, setup), MilvusDocumentRegistry(connection, names)
+    )
+
+
+def wal_flusher(settings: Settings, stores: MilvusStores) -> WalFlusher | None:
+    """The writer's flusher, or None where flushing is off (RAGRPC_MILVUS_FLUSH, see wal_flusher)."""
+    if not flush_enabled(settings.milvus_flush, stores.setup.server_version):
+        return None
+    names = CollectionNames.with_prefix(settings.collection_prefix)
+    return WalFlusher(
+        stores.connection,
+        [names.chunks, names.documents, names.jobs],
+        idle_s=settings.milvus_flush_idle_s,
+        max_interval_s=settings.milvus_flush_max_interval_s,
     )

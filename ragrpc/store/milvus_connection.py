@@ -12,7 +12,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ragrpc import errors
@@ -97,6 +97,8 @@ class MilvusConnection:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._keep_loaded: set[str] = set()
+        self.unflushed_since: float | None = None  # monotonic time of the first write since the last flush
+        self.last_write_at = 0.0
 
     def client(self) -> Any:
         with self._lock:
@@ -167,7 +169,18 @@ class MilvusConnection:
     def write(self, fn: Callable[[Any], T]) -> T:
         """Runs a mutating call (insert, upsert, delete, create) alone: one writer at a time."""
         with self._write_lock:
+            now = time.monotonic()
+            self.last_write_at = now
+            if self.unflushed_since is None:
+                self.unflushed_since = now
             return self.call(fn)
+
+    def flush(self, names: Sequence[str]) -> None:
+        """Seals what was written to these collections (between writes, under the writer lock)."""
+        with self._write_lock:
+            for name in names:
+                self.call(functools.partial(_flush, name=name))
+            self.unflushed_since = None
 
     def wait_until_ready(self, timeout_s: float = 60.0) -> None:
         """Blocks until the server answers (used at service start)."""
@@ -185,3 +198,7 @@ class MilvusConnection:
             f"the vector store at {self.uri} did not answer within {timeout_s:.0f}s: {last}",
             reason="STORE_UNAVAILABLE",
         )
+
+
+def _flush(client: Any, name: str) -> None:
+    client.flush(name)

@@ -1,4 +1,4 @@
-"""python -m scripts.bench [--quick] [--sections ingest,embed,query,concurrency,peers] [--json PATH]
+"""python -m scripts.bench [--quick] [--sections ingest,embed,query,wal,concurrency,peers] [--json PATH]
 
 Runs the chosen sections in order (a failing section is reported and the others still
 run), prints one table per section and writes all numbers as JSON (default
@@ -22,7 +22,7 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult
 
-SECTIONS = ("ingest", "embed", "query", "concurrency", "peers")
+SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers")
 
 
 def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> SectionResult:
@@ -39,6 +39,10 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import query
 
         runner = lambda: query.run(config, context.get("vector_backend", "onnx-int8"))  # noqa: E731
+    elif name == "wal":
+        from scripts.bench import wal
+
+        runner = lambda: wal.run(config, context.get("vector_backend", "onnx-int8"))  # noqa: E731
     elif name == "concurrency":
         from scripts.bench import concurrency
 

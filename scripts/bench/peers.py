@@ -51,7 +51,7 @@ def bm25_peer(dataset: BeirDataset, k: int = 100) -> dict[str, Any]:
         top = np.argpartition(-scores, min(k, len(ids)) - 1)[: min(k, len(ids))]
         run[qid] = [ids[i] for i in top[np.argsort(-scores[top])]]
         latencies.append(time.perf_counter() - started)
-    return {"build_s": build, "latency_ms": summary_ms(latencies), "ndcg@10": ndcg10(dataset, run)}
+    return {"build_s": build, "latency_ms": summary_ms(latencies), "ndcg@10": ndcg10(dataset, run), "run": run}
 
 
 def dense_peer(

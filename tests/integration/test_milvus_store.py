@@ -107,3 +107,21 @@ def test_reader_without_writer_gives_up_clearly(milvus_settings: Settings, real_
         open_milvus_stores(
             fresh, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=False, wait_s=1.0
         )
+
+
+def test_writer_flush_on_milvus_lite(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+    """On milvus-lite the writer's flusher is on (`auto`), flushes what was written and the rows
+    stay searchable afterwards."""
+    from ragrpc.store.factory import wal_flusher
+
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
+    flusher = wal_flusher(dataclasses.replace(milvus_settings, milvus_flush_idle_s=0.0), stores)
+    assert flusher is not None and stores.setup.server_version.startswith("milvus_lite")
+    stores.chunks.insert_chunks([_chunk(real_embedder, f"f{i}", f"Herons nest in colonies {i}.") for i in range(5)])
+    assert stores.connection.unflushed_since is not None
+    assert flusher.flush_if_due() and stores.connection.unflushed_since is None
+    hits = stores.chunks.search_dense(real_embedder.embed_query("heron colonies"), f.filter_from_request("t1"), 5)
+    assert {h.chunk.chunk_id for h in hits} == {f"f{i}" for i in range(5)}
+    assert wal_flusher(dataclasses.replace(milvus_settings, milvus_flush="off"), stores) is None
