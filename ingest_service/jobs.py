@@ -56,8 +56,11 @@ class IngestJobRunner:
         executor: Executor,
         gate: AdmissionGate,
         concurrency: int = 2,
+        progress_interval_s: float = 1.0,
     ) -> None:
         self._pipeline = pipeline
+        self._progress_interval_s = progress_interval_s
+        self._persisted_at: dict[str, float] = {}
         self._gate = gate
         self._registry = registry
         self._executor = executor
@@ -78,6 +81,7 @@ class IngestJobRunner:
             ],
         )
         await self._persist(job)
+        self._persisted_at[job.job_id] = time.monotonic()
         queue: asyncio.Queue[object] = asyncio.Queue()
         task = asyncio.create_task(self._run(job, items, queue))
         self._tasks.add(task)
@@ -107,6 +111,7 @@ class IngestJobRunner:
             summary.elapsed_seconds = time.monotonic() - started
             job.done = True
             job.summary = asdict(summary)
+            self._persisted_at.pop(job.job_id, None)
             await self._persist(job)
             queue.put_nowait(JobEvent(job.job_id, summary=summary))
             queue.put_nowait(_END)
@@ -138,6 +143,16 @@ class IngestJobRunner:
             summary.chunks_written += outcome.chunks_written
         finally:
             self._gate.release()
+        await self._persist_progress(job)
+
+    async def _persist_progress(self, job: IngestJobRecord) -> None:
+        """Progress of a running job is written at most once per progress_interval_s: each write
+        rewrites the whole job row and shares the single writer with the chunks. The start and the
+        end of a job are always written (GetIngestJob may lag the live stream by that interval)."""
+        now = time.monotonic()
+        if now - self._persisted_at.get(job.job_id, 0.0) < self._progress_interval_s:
+            return
+        self._persisted_at[job.job_id] = now
         await self._persist(job)
 
     async def _persist(self, job: IngestJobRecord) -> None:

@@ -268,3 +268,27 @@ async def test_update_on_a_store_whose_upsert_breaks_partitions_copies_into_a_ne
     assert not ids & set(old_rows) and all(c.parent_id in ids for c in new_rows if c.parent_id)
     by_text = {(c.text, c.kind): c.vector for c in old_rows.values()}
     assert all(by_text[(c.text, c.kind)] == c.vector for c in new_rows)  # nothing embedded again
+
+
+class CountingRegistry(InMemoryDocumentRegistry):
+    def __init__(self) -> None:
+        super().__init__()
+        self.job_writes = 0
+
+    def put_job(self, job) -> None:  # type: ignore[no-untyped-def]
+        self.job_writes += 1
+        super().put_job(job)
+
+
+async def test_job_progress_is_written_at_most_once_per_interval_but_start_and_end_always() -> None:
+    chunks, registry = InMemoryChunkStore(), CountingRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    items = [item(f"Document number {i} about herons.".encode(), document_id=f"j{i}") for i in range(20)]
+    job_id, events = await app.jobs.start("t1", items)
+    async for _ in events:
+        pass
+    stored = registry.get_job(job_id)
+    assert stored is not None and stored.done and stored.summary["succeeded"] == 20
+    assert all(d["stage"] == "done" for d in stored.documents)  # the final write holds every document
+    assert 2 <= registry.job_writes < 20  # not one rewrite of the whole job per document
