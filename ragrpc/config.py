@@ -134,7 +134,10 @@ class Settings:
     # Retrieval
     candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
     sparse_backend: str = _setting(
-        "milvus_bm25", "RAGRPC_SPARSE_BACKEND", "Sparse retriever: milvus_bm25, rank_bm25 or none"
+        "rank_bm25",
+        "RAGRPC_SPARSE_BACKEND",
+        "Sparse retriever: rank_bm25 (in the query service; default: better and faster in make eval/bench), "
+        "milvus_bm25 (Milvus' BM25 function, 2.5+; nothing held per replica) or none",
     )
     reranker_model: str = _setting(
         "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking"
