@@ -56,6 +56,7 @@ class SparseIndexSync:
         self._clock = clock
         self._watermark = 0  # registry updated_at seen so far
         self._generations: dict[tuple[str, str], str] = {}  # (tenant, document_id) -> indexed generation
+        self._fields: dict[tuple[str, str], tuple] = {}  # ... -> title/tags/metadata the indexed chunks carry
         self._last_refresh = float("-inf")
         self._last_reconcile = float("-inf")
         self._lock = threading.Lock()
@@ -63,7 +64,9 @@ class SparseIndexSync:
     def load_all(self) -> int:
         """Initial load: every current chunk, scanned in batches (one pass over the collection)."""
         with self._lock:
-            current = {(r.tenant, r.document_id): r.generation for r in self._active_documents()}
+            active = self._active_documents()
+            current = {(r.tenant, r.document_id): r.generation for r in active}
+            self._fields.update({(r.tenant, r.document_id): _chunk_fields(r) for r in active})
             grouped: dict[tuple[str, str], list[IndexedChunk]] = defaultdict(list)
             for batch in self._chunks.scan_chunks(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
                 for chunk in batch:
@@ -100,11 +103,13 @@ class SparseIndexSync:
     def _apply(self, record: DocumentRecord) -> None:
         key = (record.tenant, record.document_id)
         visible = record.generation if not record.deleting else ""
-        if self._generations.get(key, "") == visible:
-            return
+        fields = _chunk_fields(record)
+        if self._generations.get(key, "") == visible and (not visible or self._fields.get(key) == fields):
+            return  # (UpdateDocument changes title/tags/metadata on the chunks of the same generation)
         if not visible:
             self._index.remove_document(*key)
             self._generations.pop(key, None)
+            self._fields.pop(key, None)
             return
         expr = f.and_(
             f.eq(s.TENANT, record.tenant),
@@ -115,6 +120,7 @@ class SparseIndexSync:
         items = [indexed_chunk(c) for batch in self._chunks.scan_chunks(expr) for c in batch]
         self._index.replace_document(record.tenant, record.document_id, items)
         self._generations[key] = visible
+        self._fields[key] = fields
 
     def _reconcile(self) -> None:
         keys = set(self._registry.list_keys(_REGISTRY.gte(s.STATE, 1)))
@@ -122,7 +128,13 @@ class SparseIndexSync:
             if f"{tenant}/{document_id}" not in keys:
                 self._index.remove_document(tenant, document_id)
                 self._generations.pop((tenant, document_id), None)
+                self._fields.pop((tenant, document_id), None)
 
     @property
     def indexed_documents(self) -> int:
         return len(self._generations)
+
+
+def _chunk_fields(record: DocumentRecord) -> tuple:
+    """The document-level fields copied onto every chunk (filters on them run inside the index)."""
+    return (record.title, tuple(record.tags), tuple(sorted((str(k), str(v)) for k, v in record.metadata.items())))

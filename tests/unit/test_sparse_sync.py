@@ -1,0 +1,46 @@
+"""The query service's rank_bm25 index follows the shared store: new documents, replacements,
+deletes, and UpdateDocument's new title/tags/metadata on chunks of the same generation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ingest_service.app import build_components as build_ingest
+from ingest_service.requests import DocumentSpecInput, IngestItem
+from query_service.analyzer import EnglishAnalyzer
+from query_service.sparse import RankBm25Retriever
+from query_service.sparse_index import InProcessBm25Index
+from query_service.sparse_sync import SparseIndexSync
+from ragrpc.config import Settings
+from ragrpc.store import filters as f
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+
+DUCKS = b"Ducks swim on ponds and eat water plants. Mallards are the most common ducks."
+SWANS = b"Swans are the largest waterfowl; mute swans live on lakes."
+
+
+async def test_index_follows_ingest_replace_update_and_delete() -> None:
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2)
+    ingest = build_ingest(settings, HashingEmbedder(), chunks, registry)
+    sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), registry, chunks)
+    retriever = RankBm25Retriever(sync._index, sync)
+    sync.load_all()
+
+    def hits(query: str, **filters) -> list[str]:  # type: ignore[no-untyped-def]
+        return [h.chunk.document_id for h in retriever.search(query, "t1", f.filter_from_request("t1", **filters), 10)]
+
+    spec = DocumentSpecInput(document_id="birds", file_name="birds.txt", tags=["ducks"])
+    await ingest.pipeline.ingest(IngestItem("t1", spec, DUCKS))
+    assert hits("mallard ducks") == ["birds"] and hits("mallard ducks", tags=["ducks"]) == ["birds"]
+
+    ingest.documents.update("t1", "birds", fields=["tags"], tags=["waterfowl"])
+    assert hits("mallard ducks", tags=["ducks"]) == []  # the old tag is gone from the index too
+    assert hits("mallard ducks", tags=["waterfowl"]) == ["birds"]
+
+    await ingest.pipeline.ingest(IngestItem("t1", dataclasses.replace(spec, tags=["waterfowl"]), SWANS))
+    assert hits("mallard") == [] and hits("mute swans") == ["birds"]
+
+    ingest.documents.delete("t1", "birds")
+    sync.refresh(force=True)
+    assert hits("mute swans") == []
