@@ -22,7 +22,8 @@ DOC = b"Mallards are dabbling ducks that live near lakes and rivers across the n
 
 @pytest.fixture
 def chat() -> ChatServer:
-    with ChatServer(Behaviour.stream("Mallards live near lakes and rivers [1].", delay_s=0.2)) as server:
+    # 0.4 s between tokens: the stream lasts seconds, so the 0.5 s margin below holds on a loaded machine
+    with ChatServer(Behaviour.stream("Mallards live near lakes and rivers [1].", delay_s=0.4)) as server:
         yield server
 
 
