@@ -128,7 +128,8 @@ def run(config: BenchConfig, vector_backend: str = "onnx-int8") -> SectionResult
         f"{status.get('VmHWM', 0) / 1024:.0f} MiB",
     )
     result.notes.append(
-        f"{size} chunks, HNSW, hybrid Retrieve (top_k {TOP_K}) and Ask (top_k 5, extractive); "
+        f"{size} chunks, HNSW, the service's default sparse backend, hybrid Retrieve (top_k {TOP_K}) and Ask "
+        "(top_k 5, extractive); "
         f"{config.concurrency_seconds:.0f} s per level; a 2-core machine shared with the client"
     )
     return result

@@ -97,6 +97,8 @@ def measure_layers(
 ) -> dict[str, list[float]]:
     """Seconds per query for every layer, interleaved query by query."""
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=False)
+    # the same sparse backend as the service these layers are compared with (started with milvus_bm25)
+    settings = dataclasses.replace(settings, sparse_backend="milvus_bm25")
     components = build_components(settings, embedder, stores.chunks, stores.registry)
     expr = f.filter_from_request(qd.TENANT, qd.COLLECTION)
     loop = asyncio.new_event_loop()
