@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ingest_service.attempt_settling import settle_attempt
 from ingest_service.chunk_records import build_chunk_records, new_generation
 from ingest_service.document_facts import DocumentFacts, gather_facts
 from ingest_service.embed_batcher import EmbeddingBatcher
@@ -358,34 +359,7 @@ class IngestPipeline:
         )
 
     def _settle(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
-        """Brings the stored record of a failed (or half-finished) attempt to rest, judged by what is
-        stored now: the attempt's chunks go and its record (with what it learnt, e.g. pages without
-        text) is FAILED with `error`, or stays ACTIVE with the previous version; a replaced version's
-        leftover chunks go. An attempt that already switched (the store took the write but the reply
-        was lost) stays ACTIVE; one that a later attempt superseded is left alone."""
-        tenant, document_id = attempt.tenant, attempt.document_id
-        stored = self._registry.get(tenant, document_id)
-        if stored is None:
-            if generation:
-                self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
-            return
-        changed = False
-        if generation and stored.pending_generation == generation:
-            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
-            record = DocumentRecord(**{**attempt.__dict__})
-            record.generation, record.stale_generation = stored.generation, stored.stale_generation
-            record.pending_generation = ""
-            record.state = DocumentState.ACTIVE if stored.state == DocumentState.ACTIVE else DocumentState.FAILED
-            if error is not None:
-                record.error = error.message
-                record.error_code = _code_name(error)
-            stored, changed = record, True
-        if stored.stale_generation and stored.stale_generation != stored.generation:
-            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, stored.stale_generation))
-            stored.stale_generation = ""
-            changed = True
-        if changed:
-            self._registry.put(stored)
+        settle_attempt(self._registry, self._chunks, attempt, generation, error)
 
     def _settle_later(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
         task = asyncio.get_running_loop().create_task(self._settle_when_reachable(attempt, generation, error))

@@ -5,30 +5,17 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from grpc_status import rpc_status
 
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
+from tests.support.rpc_details import rpc_details
 
 DUCKS = (
     b"# Ducks\n\nDucks are waterfowl that swim on ponds and eat water plants.\n\n"
     b"## Habitat\n\nMallards live near lakes, rivers and city parks across the northern hemisphere.\n"
 )
 STOCKS = b"The stock market fell sharply on Tuesday after the central bank raised interest rates."
-
-
-def _details(error: grpc.aio.AioRpcError) -> dict[str, object]:
-    status = rpc_status.from_call(error)
-    found: dict[str, object] = {}
-    for detail in status.details if status else []:
-        for kind in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo):
-            message = kind()
-            if detail.Is(message.DESCRIPTOR):
-                detail.Unpack(message)
-                found[kind.__name__] = message
-    return found
 
 
 async def _upload(stub: ingest_pb2_grpc.IngestServiceStub, name: str, content: bytes, **spec: object):  # type: ignore[no-untyped-def]
@@ -91,7 +78,7 @@ async def test_unsupported_media_type_is_invalid_argument(fake_stack) -> None:  
             await _upload(ingest_pb2_grpc.IngestServiceStub(channel), "picture.png", b"\x89PNG\r\n\x1a\n" + bytes(64))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "text/plain" in caught.value.details()
-    assert _details(caught.value)["ErrorInfo"].reason == "UNSUPPORTED_MEDIA_TYPE"
+    assert rpc_details(caught.value)["ErrorInfo"].reason == "UNSUPPORTED_MEDIA_TYPE"
 
 
 async def test_upload_limits_and_header_rules(fake_stack) -> None:  # type: ignore[no-untyped-def]
@@ -104,7 +91,7 @@ async def test_upload_limits_and_header_rules(fake_stack) -> None:  # type: igno
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.UploadDocument(no_header())
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert _details(caught.value)["BadRequest"].field_violations[0].field == "header"
+        assert rpc_details(caught.value)["BadRequest"].field_violations[0].field == "header"
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await _upload(stub, "x.txt", b"hello", document_id="bad id with spaces")
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -164,4 +151,4 @@ async def test_retrieve_rejects_bad_requests(fake_stack) -> None:  # type: ignor
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 [r async for r in stub.Retrieve(request)]
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert _details(caught.value)["BadRequest"].field_violations[0].field == field
+            assert rpc_details(caught.value)["BadRequest"].field_violations[0].field == field

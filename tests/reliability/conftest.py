@@ -25,12 +25,11 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.support.milvus_server import MilvusLiteServer
+from tests.support.rpc_details import rpc_details
 
 REPO = Path(__file__).resolve().parents[2]
 TENANT = "default"
@@ -45,22 +44,6 @@ REFUSAL_CODE_NAMES = frozenset(code.name for code in REFUSAL_CODES)
 
 
 # --- judging errors -----------------------------------------------------------------------
-
-
-def rpc_details(error: grpc.RpcError) -> dict[str, Any]:
-    """The google.rpc details of a failed call: ErrorInfo, BadRequest, RetryInfo (by type name)."""
-    try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a malformed status is reported by the caller's assertion
-        return {"_malformed": True}
-    found: dict[str, Any] = {}
-    for detail in status.details if status else []:
-        for kind in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest, error_details_pb2.RetryInfo):
-            message = kind()
-            if detail.Is(message.DESCRIPTOR):
-                detail.Unpack(message)
-                found[kind.__name__] = message
-    return found
 
 
 def refusal_problem(error: grpc.RpcError, allowed: frozenset[grpc.StatusCode] = REFUSAL_CODES) -> str | None:

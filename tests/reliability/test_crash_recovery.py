@@ -33,11 +33,11 @@ from tests.reliability.conftest import (
     health,
     latency_summary,
     print_table,
-    rpc_details,
     upload,
 )
 from tests.support import hostile_inputs as hi
 from tests.support.chat_server import Behaviour, ChatServer
+from tests.support.rpc_details import rpc_details
 
 # 30 small real documents (about 40k characters of text, ~100 chunks) from the shared corpus.
 CRASH_BATCH = (
