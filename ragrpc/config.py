@@ -64,7 +64,9 @@ class Settings:
         32, "RAGRPC_EMBEDDING_BATCH_SIZE", "Chunks per model call (batched across concurrent documents)"
     )
     ingest_concurrency: int = _setting(
-        8, "RAGRPC_INGEST_CONCURRENCY", "Documents of a batch processed at once (their embeddings share batches)"
+        32,
+        "RAGRPC_INGEST_CONCURRENCY",
+        "Documents of a batch processed at once (their embeddings share batches; enough keep the model busy)",
     )
     query_instruction: str = _setting(
         "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')"

@@ -9,11 +9,13 @@ server returns.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from ragrpc import errors
 
@@ -110,7 +112,7 @@ class MilvusConnection:
         from pymilvus import MilvusClient
 
         try:
-            return MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s)
+            return MilvusClient(uri=self.uri, token=self._token, timeout=self.timeout_s, **client_options(self.uri))
         except Exception as exc:  # noqa: BLE001
             raise errors.UnavailableError(
                 f"cannot connect to the vector store at {self.uri}: {exc}",
@@ -198,6 +200,28 @@ class MilvusConnection:
             f"the vector store at {self.uri} did not answer within {timeout_s:.0f}s: {last}",
             reason="STORE_UNAVAILABLE",
         )
+
+
+def client_options(uri: str) -> dict[str, Any]:
+    """pymilvus options for `uri`. On a loopback server (milvus-lite next to the services) the
+    client's keepalive pings are off: pymilvus pings every 10 s, also during one long call (a
+    BM25 search or a load over 100k rows), and milvus-lite's gRPC server answers that with
+    GOAWAY too_many_pings, which drops the connection under load. Over a network the pings
+    stay: they detect a dead peer, and Milvus' own server allows them."""
+    host = urlsplit(uri).hostname or ""
+    if host == "localhost" or _is_loopback_ip(host):
+        return {"grpc_options": {"grpc.keepalive_time_ms": _KEEPALIVE_OFF_MS}}
+    return {}
+
+
+_KEEPALIVE_OFF_MS = 2**31 - 1  # gRPC's "never"
+
+
+def _is_loopback_ip(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _flush(client: Any, name: str) -> None:

@@ -137,6 +137,9 @@ def run(config: BenchConfig) -> SectionResult:
         by_document = stored_chunk_texts(dataclasses.replace(settings, milvus_uri=stack.milvus_uri), embedder)
     service_rate = outcome["chunks_written"] / outcome["seconds"] if outcome["seconds"] else None
     alone = embed_alone(embedder, by_document)
+    # The reference is the embedder's better mode of the two (on short texts one call per document
+    # can beat batches of mixed lengths), so the ratio never flatters the service.
+    best_alone = max(alone["batched_chunks_per_s"], alone["per_document_chunks_per_s"])
     result.data.update(
         grpc=outcome,
         embedder_alone=alone,
@@ -150,8 +153,8 @@ def run(config: BenchConfig) -> SectionResult:
         "gRPC IngestDocuments",
         service_rate,
         "chunks/s",
-        ratio=ratio(service_rate, alone["batched_chunks_per_s"]),
-        versus="embedder alone",
+        ratio=ratio(service_rate, best_alone),
+        versus="embedder alone (faster mode)",
         note=f"{outcome['chunks_written']} chunks of {outcome['documents']} docs in {outcome['seconds']} s; "
         f"{outcome['failed']} failed",
     )
