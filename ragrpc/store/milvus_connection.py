@@ -9,7 +9,6 @@ server returns.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import logging
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ragrpc import errors
+from ragrpc.security import is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -208,20 +208,12 @@ def client_options(uri: str) -> dict[str, Any]:
     BM25 search or a load over 100k rows), and milvus-lite's gRPC server answers that with
     GOAWAY too_many_pings, which drops the connection under load. Over a network the pings
     stay: they detect a dead peer, and Milvus' own server allows them."""
-    host = urlsplit(uri).hostname or ""
-    if host == "localhost" or _is_loopback_ip(host):
+    if is_loopback(urlsplit(uri).hostname or ""):
         return {"grpc_options": {"grpc.keepalive_time_ms": _KEEPALIVE_OFF_MS}}
     return {}
 
 
 _KEEPALIVE_OFF_MS = 2**31 - 1  # gRPC's "never"
-
-
-def _is_loopback_ip(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _flush(client: Any, name: str) -> None:
