@@ -62,7 +62,7 @@ def build_components(
         default_overlap=settings.chunk_overlap_tokens,
         embed=embedder.embed_documents,
     )
-    batcher = EmbeddingBatcher(embedder.embed_documents, batch_size=settings.embedding_batch_size)
+    batcher = EmbeddingBatcher(embedder.embed_documents, batch_size=settings.embedding_call_size)
     pipeline = IngestPipeline(
         extractor=build_default_registry(ExtractionLimits()),
         planner=planner,
@@ -71,7 +71,7 @@ def build_components(
         chunks=chunks,
         registry=registry,
         executor=executor,
-        embed_batch_size=settings.embedding_batch_size,
+        embed_batch_size=settings.embedding_call_size,
         document_timeout_s=settings.document_timeout_s,
         clean=clean_document,
         observer=IngestMetricsObserver(metrics) if metrics else None,

@@ -65,6 +65,8 @@ class IngestJobRunner:
         self._registry = registry
         self._executor = executor
         self._concurrency = max(1, concurrency)
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, tenant: str, items: list[IngestItem]) -> tuple[str, AsyncIterator[JobEvent]]:
@@ -99,10 +101,10 @@ class IngestJobRunner:
     async def _run(self, job: IngestJobRecord, items: list[IngestItem], queue: asyncio.Queue[object]) -> None:
         started = time.monotonic()
         summary = JobSummary()
-        gate = asyncio.Semaphore(self._concurrency)
+        slots = self._document_slots()
 
         async def one(index: int, item: IngestItem) -> None:
-            async with gate:
+            async with slots:
                 await self._ingest_one(job, index, item, summary, queue)
 
         try:
@@ -115,6 +117,16 @@ class IngestJobRunner:
             await self._persist(job)
             queue.put_nowait(JobEvent(job.job_id, summary=summary))
             queue.put_nowait(_END)
+
+    def _document_slots(self) -> asyncio.Semaphore:
+        """`concurrency` documents in flight across all jobs of the service: a job that arrives
+        while another one finishes its last documents starts in the slots they free (the model
+        stays fed between consecutive batches), and many concurrent jobs do not multiply the
+        documents in flight. Waiters are served first come, first served."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self._concurrency), loop
+        return self._slots
 
     async def _ingest_one(
         self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary, queue: asyncio.Queue[object]

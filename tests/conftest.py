@@ -46,6 +46,7 @@ def settings() -> Settings:
         query_port=0,
         workers=2,
         embedding_batch_size=16,
+        embedding_call_size=16,
         sparse_backend="rank_bm25",
     )
 

@@ -363,7 +363,7 @@ def outage_stack(tmp_path_factory: pytest.TempPathFactory, chat: ChatServer) -> 
         env={
             "RAGRPC_LLM_ENDPOINTS": f"{chat.url}|dying-model|RAGRPC_TEST_NO_KEY|20",
             "RAGRPC_STORE_TIMEOUT_S": "10",
-            "RAGRPC_EMBEDDING_BATCH_SIZE": "16",
+            "RAGRPC_EMBEDDING_CALL_SIZE": "16",
         },
     )
     try:
