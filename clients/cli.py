@@ -83,7 +83,7 @@ def _add_ingest_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ingest",
         help="upload files and directories (recursive, hidden files skipped)",
-        description="Uploads each file with UploadDocument and prints id, state and chunks.",
+        description="Uploads each file with UploadDocument (--parallel at once) and prints id, state and chunks.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     p.add_argument("--collection", default="", help="logical collection (default: the server's 'default')")
@@ -96,6 +96,13 @@ def _add_ingest_command(sub: argparse._SubParsersAction) -> None:
         help=f"chunking strategy: {', '.join(CHUNKING_CHOICES)}",
     )
     p.add_argument("--password", default="", help="password of encrypted PDFs")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=4,
+        metavar="N",
+        help="files uploaded at once (default 4; their embeddings share the model's batches)",
+    )
     p.set_defaults(handler=commands.cmd_ingest)
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -133,28 +134,40 @@ def _failed_record(path: Path, err: RagrpcClientError) -> dict[str, Any]:
 
 
 def cmd_ingest(args: argparse.Namespace, out: Output) -> int:
+    """Uploads the files, `--parallel` at once (the service batches their embeddings together);
+    prints each file's outcome as it finishes."""
     files = collect_files(args.paths)
     if not files:
         raise UsageError("no files to ingest (hidden files are skipped)")
+    if args.parallel < 1:
+        raise UsageError(f"--parallel must be at least 1, not {args.parallel}")
     show_bars = not out.as_json and sys.stderr.isatty()
+    file_bars = show_bars and args.parallel == 1  # byte bars of concurrent uploads would overwrite each other
     failed = 0
     with (
         ingest_client(args) as client,
+        ThreadPoolExecutor(max_workers=args.parallel, thread_name_prefix="upload") as pool,
         tqdm(
             total=len(files), unit="file", desc="files", position=0, disable=not show_bars, file=sys.stderr
         ) as overall,
     ):
-        for path in files:
-            try:
-                record = _upload_one(client, path, args, show_bars)
-                text = f"{record['document_id']}\t{record['state']}\t{record['chunks']} chunks\t{path}"
-            except (Unavailable, Unauthenticated):
-                raise  # every later file would fail the same way
-            except RagrpcClientError as err:
-                failed += 1
-                record, text = _failed_record(path, err), f"FAILED\t{path}\t{err}"
-            out.emit(record, text)
-            overall.update(1)
+        uploads = {pool.submit(_upload_one, client, path, args, file_bars): path for path in files}
+        try:
+            for future in as_completed(uploads):
+                path = uploads[future]
+                try:
+                    record = future.result()
+                    text = f"{record['document_id']}\t{record['state']}\t{record['chunks']} chunks\t{path}"
+                except (Unavailable, Unauthenticated):
+                    raise  # every later file would fail the same way
+                except RagrpcClientError as err:
+                    failed += 1
+                    record, text = _failed_record(path, err), f"FAILED\t{path}\t{err}"
+                out.emit(record, text)
+                overall.update(1)
+        finally:
+            for future in uploads:
+                future.cancel()  # those not started yet
     if not out.as_json:
         print(f"{len(files) - failed} of {len(files)} files ingested", file=sys.stderr)
     return EXIT_ERROR if failed else EXIT_OK

@@ -100,6 +100,21 @@ async def test_failed_documents_and_error_exit_codes(fake_stack, tmp_path: Path,
     assert (await _cli(capsys, "--query", "127.0.0.1:1", "search", "milvus"))[0] == 5
 
 
+async def test_parallel_uploads_report_every_file(fake_stack, tmp_path: Path, capsys) -> None:
+    ingest = ("--ingest", fake_stack.ingest_address)
+    for number in range(6):
+        (tmp_path / f"note{number}.txt").write_text(f"Note {number}. {BREAD_TXT}")
+    (tmp_path / "image.png").write_bytes(PNG_BYTES)
+    code, out, _ = await _cli(capsys, *ingest, "--json", "ingest", "--parallel", "3", str(tmp_path))
+    records = {Path(r["file"]).name: r for r in _json_lines(out)}
+    assert code == 1 and len(records) == 7
+    assert all(records[f"note{number}.txt"]["state"] == "active" for number in range(6))
+    assert records["image.png"]["error"]["code"] == "INVALID_ARGUMENT"
+    assert len({records[f"note{number}.txt"]["document_id"] for number in range(6)}) == 6
+    code, _, err = await _cli(capsys, *ingest, "ingest", "--parallel", "0", str(tmp_path))
+    assert code == 2 and "--parallel" in err
+
+
 async def test_health(fake_stack, capsys) -> None:
     code, out, _ = await _cli(capsys, "--target", fake_stack.query_address, "health", "--wait", "5")
     assert code == 0 and "SERVING" in out
