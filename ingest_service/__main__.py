@@ -23,7 +23,7 @@ async def main() -> None:
     if settings.ingest_metrics_port >= 0:
         bound = start_metrics_http_server(metrics, settings.host, settings.ingest_metrics_port)
         logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
-    embedder = embedder_from_settings(settings)
+    embedder = embedder_from_settings(settings, streams=settings.embedding_streams)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(
         open_milvus_stores, settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True

@@ -62,7 +62,11 @@ def build_components(
         default_overlap=settings.chunk_overlap_tokens,
         embed=embedder.embed_documents,
     )
-    batcher = EmbeddingBatcher(embedder.embed_documents, batch_size=settings.embedding_call_size)
+    batcher = EmbeddingBatcher(
+        embedder.embed_documents,
+        batch_size=settings.embedding_call_size,
+        concurrency=embedder.streams,
+    )
     pipeline = IngestPipeline(
         extractor=build_default_registry(ExtractionLimits()),
         planner=planner,

@@ -4,7 +4,9 @@ Documents are small and many (an abstract is one or two chunks), but the model i
 on full batches and must not run twice at once on a 2-core machine. Every concurrent
 ingestion submits its texts here; one worker thread embeds them in batches of up to
 `batch_size` texts, waiting at most `max_wait_s` for a batch to fill, so extraction,
-chunking and writing of other documents overlap with embedding.
+chunking and writing of other documents overlap with embedding. With `concurrency` > 1 that
+many calls are in flight at once (for an embedder that runs several model streams, so they
+never wait for the next call to be gathered and handed over).
 """
 
 from __future__ import annotations
@@ -31,14 +33,21 @@ class _Request:
 class EmbeddingBatcher:
     """`await batcher.embed(texts)` -> vectors; one model call at a time, batched across callers."""
 
-    def __init__(self, embed: EmbedFunction, *, batch_size: int = 64, max_wait_s: float = 0.02) -> None:
+    def __init__(
+        self, embed: EmbedFunction, *, batch_size: int = 64, max_wait_s: float = 0.02, concurrency: int = 1
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self._embed = embed
         self._batch_size = batch_size
         self._max_wait_s = max_wait_s
+        self._concurrency = concurrency
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._calls: set[asyncio.Task[None]] = set()
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="embed")
         self.batches = 0  # model calls so far (for benchmarks and tests)
+        self.most_in_flight = 0  # most model calls seen running at once (for tests)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -71,29 +80,44 @@ class EmbeddingBatcher:
         return batch
 
     async def _run(self) -> None:
+        slots = asyncio.Semaphore(self._concurrency)
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self._collect()
-            live = [r for r in batch if not r.future.cancelled()]
-            texts = [t for r in live for t in r.texts]
+            await slots.acquire()  # gather the next call only when it can start: it fills meanwhile
             try:
-                vectors = await loop.run_in_executor(self._executor, self._embed, texts) if texts else None
-            except Exception as exc:  # noqa: BLE001 - delivered to every waiting caller
-                for request in live:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
-            self.batches += 1
-            if vectors is None:
-                continue
-            offset = 0
+                batch = await self._collect()
+            except BaseException:
+                slots.release()
+                raise
+            task = loop.create_task(self._call(batch))
+            self._calls.add(task)
+            self.most_in_flight = max(self.most_in_flight, len(self._calls))
+            task.add_done_callback(self._calls.discard)
+            task.add_done_callback(lambda _: slots.release())
+
+    async def _call(self, batch: list[_Request]) -> None:
+        live = [r for r in batch if not r.future.cancelled()]
+        texts = [t for r in live for t in r.texts]
+        if not texts:
+            return
+        try:
+            vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self._embed, texts)
+        except Exception as exc:  # noqa: BLE001 - delivered to every waiting caller
             for request in live:
-                part = vectors[offset : offset + len(request.texts)]
-                offset += len(request.texts)
                 if not request.future.done():
-                    request.future.set_result(part)
+                    request.future.set_exception(exc)
+            return
+        self.batches += 1
+        offset = 0
+        for request in live:
+            part = vectors[offset : offset + len(request.texts)]
+            offset += len(request.texts)
+            if not request.future.done():
+                request.future.set_result(part)
 
     async def close(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
+        for task in list(self._calls):
+            task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)

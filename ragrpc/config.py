@@ -70,6 +70,12 @@ class Settings:
         "RAGRPC_EMBEDDING_CALL_SIZE",
         "Chunks gathered across concurrent documents into one model call (then run in forward batches)",
     )
+    embedding_streams: int = _setting(
+        2,
+        "RAGRPC_EMBEDDING_STREAMS",
+        "Model instances the ingest service runs side by side, each with cores/streams threads (on 2 shared cores "
+        "two 1-thread streams kept the cores busier than one 2-thread stream); the query service always uses 1",
+    )
     ingest_concurrency: int = _setting(
         64,
         "RAGRPC_INGEST_CONCURRENCY",

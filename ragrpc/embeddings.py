@@ -12,6 +12,11 @@ Backends (same model, same `model_id`, vectors equal within tolerance):
              Attention weights dynamically quantised to signed int8 per output channel, 7-bit
              on x86 CPUs without VNNI (full 8 bits where the CPU has avx512_vnni, and on ARM);
              1.6-1.8x torch with 2 cores of an AVX2-only CPU, mean cosine ~0.994 to fp32
+Streams: with `streams` > 1 the embedder loads that many model instances, each running on
+cores/streams threads, and spreads the forward batches of every call over them (texts sorted
+by length first, as sentence-transformers does). On a machine whose cores other work also
+uses (the ingest service: extraction, gRPC, the store), independent 1-thread streams keep the
+cores busy where one multi-threaded stream waits at every operator for its slowest thread.
 The cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
 system temp directory when the home directory is not writable). Exports are guarded by a
 file lock, so two services starting together export once.
@@ -28,6 +33,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,6 +58,11 @@ class Embedder(Protocol):
     @property
     def max_tokens(self) -> int:
         """Most content tokens (without special tokens) the model reads of one text."""
+        ...
+
+    @property
+    def streams(self) -> int:
+        """Model calls that run side by side to advantage (callers may keep this many in flight)."""
         ...
 
     def token_counter(self) -> TokenCounter: ...
@@ -201,9 +212,12 @@ class SentenceTransformerEmbedder:
         query_instruction: str = "",
         onnx_cache_dir: str | Path | None = None,
         quantization: str | None = None,
+        streams: int = 1,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if streams < 1:
+            raise ValueError(f"embedding streams must be at least 1, got {streams}")
         self._model_name = model_name
         self._backend = backend
         self._batch_size = batch_size
@@ -211,8 +225,12 @@ class SentenceTransformerEmbedder:
         self._query_instruction = query_instruction
         self._onnx_cache_dir = Path(onnx_cache_dir) if onnx_cache_dir else None
         self._quantization = quantization
+        self._streams = streams
         self._model: Any = None
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None  # with streams > 1: one thread per model instance
+        self._idle_models: list[Any] = []
+        self._stream_model = threading.local()
 
     @property
     def backend(self) -> str:
@@ -225,6 +243,10 @@ class SentenceTransformerEmbedder:
             return "sentence-transformers/all-MiniLM-L6-v2"
         return Path(self._model_name).name if Path(self._model_name).exists() else self._model_name
 
+    @property
+    def streams(self) -> int:
+        return self._streams
+
     def warm_up(self) -> None:
         with self._lock:
             if self._model is not None:
@@ -233,16 +255,47 @@ class SentenceTransformerEmbedder:
 
             path = resolve_model_path(self._model_name)
             kwargs: dict[str, Any] = {"device": self._device}
+            model_kwargs: dict[str, Any] = {}
+            threads = _threads_per_stream(self._streams)
             if self._backend != "torch":
                 cache = self._onnx_cache_dir or default_onnx_cache_dir()
                 quantization = (
                     (self._quantization or cpu_quantization_config()) if self._backend == "onnx-int8" else None
                 )
                 path, file_name = prepare_onnx_model(path, cache, quantization=quantization)
-                kwargs.update(backend="onnx", model_kwargs={"file_name": file_name})
-            logger.info("loading embedding model %s (%s backend)", path, self._backend)
-            self._model = SentenceTransformer(path, **kwargs)
-            self._model.encode(["warm up"], batch_size=1)
+                kwargs.update(backend="onnx")
+                model_kwargs["file_name"] = file_name
+            if self._streams > 1:
+                _limit_threads(self._backend, threads, model_kwargs)
+            if model_kwargs:
+                kwargs["model_kwargs"] = model_kwargs
+            logger.info(
+                "loading embedding model %s (%s backend, %d stream(s) of %s thread(s))",
+                path,
+                self._backend,
+                self._streams,
+                threads if self._streams > 1 else "default",
+            )
+            models = []
+            for _ in range(self._streams):
+                model = SentenceTransformer(path, **kwargs)
+                model.encode(["warm up"], batch_size=1)
+                models.append(model)
+            if self._streams > 1:
+                self._idle_models = list(models)
+                self._pool = ThreadPoolExecutor(
+                    self._streams, thread_name_prefix="embed-stream", initializer=self._claim_model
+                )
+            self._model = models[0]
+
+    def _claim_model(self) -> None:
+        """Pool thread initialiser: each stream thread owns one model instance (and its tokenizer)."""
+        with self._lock:
+            self._stream_model.model = self._idle_models.pop()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
     def _loaded(self) -> Any:
@@ -267,7 +320,24 @@ class SentenceTransformerEmbedder:
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._loaded.encode(
+        model = self._loaded
+        if self._pool is None:
+            return self._encode(model, texts)
+        # Longest first, cut into forward batches, spread over the streams (sentence-transformers
+        # sorts the same way inside one call, so the padding is the same as one stream's).
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+        futures = [self._pool.submit(self._encode_on_stream, [texts[i] for i in batch]) for batch in batches]
+        vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for batch, future in zip(batches, futures, strict=True):
+            vectors[batch] = future.result()
+        return vectors
+
+    def _encode_on_stream(self, texts: list[str]) -> np.ndarray:
+        return self._encode(self._stream_model.model, texts)
+
+    def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
+        vectors = model.encode(
             texts,
             batch_size=self._batch_size,
             normalize_embeddings=True,
@@ -280,10 +350,37 @@ class SentenceTransformerEmbedder:
         return self.embed_documents([self._query_instruction + text])[0]
 
 
-def embedder_from_settings(settings: Settings) -> SentenceTransformerEmbedder:
+def embedder_from_settings(settings: Settings, *, streams: int = 1) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(
         settings.embedding_model,
         backend=settings.embedding_backend,
         batch_size=settings.embedding_batch_size,
         query_instruction=settings.query_instruction,
+        streams=streams,
     )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform tells, else cpu_count)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def _threads_per_stream(streams: int) -> int:
+    return max(1, available_cores() // streams)
+
+
+def _limit_threads(backend: str, threads: int, model_kwargs: dict[str, Any]) -> None:
+    """Each stream runs on `threads` threads: torch's intra-op pool is per process (every stream
+    shares its size); ONNX Runtime takes it per session."""
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        return
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    model_kwargs["session_options"] = options

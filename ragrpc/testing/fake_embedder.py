@@ -33,6 +33,10 @@ class HashingEmbedder:
     def max_tokens(self) -> int:
         return self._max_tokens
 
+    @property
+    def streams(self) -> int:
+        return 1
+
     def token_counter(self) -> TokenCounter:
         return self._counter
 

@@ -33,3 +33,34 @@ async def test_model_failure_reaches_every_caller() -> None:
     with pytest.raises(RuntimeError):
         await batcher.embed(["c"])  # the worker survives a failed batch
     await batcher.close()
+
+
+async def test_concurrency_keeps_that_many_model_calls_in_flight() -> None:
+    import threading
+
+    embedder = HashingEmbedder()
+    running, most = 0, 0
+    guard = threading.Lock()
+
+    def slow(texts: list[str]) -> np.ndarray:
+        nonlocal running, most
+        with guard:
+            running += 1
+            most = max(most, running)
+        threading.Event().wait(0.05)
+        with guard:
+            running -= 1
+        return embedder.embed_documents(texts)
+
+    batcher = EmbeddingBatcher(slow, batch_size=4, max_wait_s=0.001, concurrency=2)
+    texts = [[f"document {d} chunk {c}" for c in range(4)] for d in range(8)]
+    results = await asyncio.gather(*(batcher.embed(t) for t in texts))
+    for group, vectors in zip(texts, results, strict=True):
+        np.testing.assert_allclose(vectors, embedder.embed_documents(group), rtol=1e-6)
+    assert most == 2 and batcher.most_in_flight == 2  # never more than asked, and the slots were used
+    await batcher.close()
+
+
+def test_concurrency_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        EmbeddingBatcher(HashingEmbedder().embed_documents, concurrency=0)

@@ -1,0 +1,51 @@
+"""Several model streams in one embedder: the same vectors as one stream, in the callers' order,
+with callers on many threads at once (each stream owns its model instance and tokenizer)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from ragrpc.embeddings import SentenceTransformerEmbedder
+
+TEXTS = [f"Passage {i}: " + " ".join(["vitamin D and bone density in older adults"] * (1 + i % 7)) for i in range(40)]
+
+
+@pytest.fixture
+def torch_threads_restored() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()  # streams set the per-process intra-op pool to cores/streams
+    yield
+    torch.set_num_threads(before)
+
+
+def test_streams_below_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        SentenceTransformerEmbedder(streams=0)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_threads_restored")
+def test_two_streams_give_the_vectors_of_one_in_order() -> None:
+    one = SentenceTransformerEmbedder(batch_size=4)
+    reference = one.embed_documents(TEXTS)
+    two = SentenceTransformerEmbedder(batch_size=4, streams=2)
+    two.warm_up()
+    try:
+        assert two.streams == 2 and two.dimension == one.dimension
+        vectors = two.embed_documents(TEXTS)
+        assert vectors.dtype == np.float32 and vectors.shape == reference.shape
+        np.testing.assert_allclose(vectors, reference, atol=1e-5)
+        # Callers on several threads at once (the batcher and the semantic chunker do this).
+        parts = [TEXTS[i : i + 7] for i in range(0, len(TEXTS), 7)]
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(two.embed_documents, parts * 3))
+        for part, got in zip(parts * 3, results, strict=True):
+            np.testing.assert_allclose(got, reference[TEXTS.index(part[0]) :][: len(part)], atol=1e-5)
+        np.testing.assert_allclose(two.embed_query(TEXTS[3]), reference[3], atol=1e-5)
+    finally:
+        two.close()
