@@ -361,7 +361,11 @@ def embedder_from_settings(settings: Settings, *, streams: int = 1) -> SentenceT
 
 
 def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the platform tells, else cpu_count)."""
+    """Cores the model may use: OMP_NUM_THREADS when set (containers see the node's CPUs, not their
+    limit), else the CPUs this process may run on."""
+    configured = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 

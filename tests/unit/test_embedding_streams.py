@@ -49,3 +49,12 @@ def test_two_streams_give_the_vectors_of_one_in_order() -> None:
         np.testing.assert_allclose(two.embed_query(TEXTS[3]), reference[3], atol=1e-5)
     finally:
         two.close()
+
+
+def test_cores_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragrpc.embeddings import available_cores
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert available_cores() == 3  # a container's CPU limit, not the node's CPUs
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert available_cores() >= 1
