@@ -73,8 +73,9 @@ class Settings:
     embedding_streams: int = _setting(
         2,
         "RAGRPC_EMBEDDING_STREAMS",
-        "Model instances the ingest service runs side by side, each with cores/streams threads (on 2 shared cores "
-        "two 1-thread streams kept the cores busier than one 2-thread stream); the query service always uses 1",
+        "Model instances the ingest service runs side by side, each with cores/streams threads (cores: "
+        "OMP_NUM_THREADS when set); on 2 shared cores two 1-thread streams kept the cores busier than one 2-thread "
+        "stream. The query service always uses 1",
     )
     ingest_concurrency: int = _setting(
         64,
