@@ -1,8 +1,8 @@
 """Cross-document micro-batching of embeddings.
 
 Documents are small and many (an abstract is one or two chunks), but the model is fastest
-on full batches and must not run twice at once on a 2-core machine. Every concurrent
-ingestion submits its texts here; one worker thread embeds them in batches of up to
+on full batches, and its calls must not outnumber its streams. Every concurrent
+ingestion submits its texts here; a worker embeds them in batches of up to
 `batch_size` texts, waiting at most `max_wait_s` for a batch to fill, so extraction,
 chunking and writing of other documents overlap with embedding. With `concurrency` > 1 that
 many calls are in flight at once (for an embedder that runs several model streams, so they
@@ -31,7 +31,7 @@ class _Request:
 
 
 class EmbeddingBatcher:
-    """`await batcher.embed(texts)` -> vectors; one model call at a time, batched across callers."""
+    """`await batcher.embed(texts)` -> vectors; up to `concurrency` model calls at a time, batched across callers."""
 
     def __init__(
         self, embed: EmbedFunction, *, batch_size: int = 64, max_wait_s: float = 0.02, concurrency: int = 1

@@ -11,13 +11,12 @@ import shutil
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ingest_service.extract import build_default_registry
 from ragrpc.config import Settings
-from ragrpc.embeddings import SentenceTransformerEmbedder, available_cores
+from ragrpc.embeddings import SentenceTransformerEmbedder
 from ragrpc.models import ChunkKind
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
@@ -31,6 +30,7 @@ from scripts.bench.common import (
     proc_status_kb,
     ratio,
 )
+from scripts.bench.embed import torch_threads_for
 from scripts.eval import ingest as ingest_over_grpc
 from scripts.processes import Stack
 
@@ -99,7 +99,7 @@ def embed_alone(
     one_call = embedder
     with contextlib.ExitStack() as stack:
         if single_stream is not None:
-            stack.enter_context(_torch_threads(available_cores()))  # per process: the streams set cores/streams
+            stack.enter_context(torch_threads_for(single_stream))  # per process: the streams set cores/streams
             single_stream.warm_up()
             started, cpu = time.perf_counter(), time.process_time()
             single_stream.embed_documents(texts)
@@ -226,18 +226,6 @@ def run(config: BenchConfig) -> SectionResult:
         "target: gRPC ingestion >= 0.85 of the embedder alone"
     )
     return result
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _one_stream(
