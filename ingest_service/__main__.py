@@ -51,7 +51,7 @@ async def main() -> None:
             await asyncio.to_thread(flusher.flush_if_due, force=True)
 
     await serve_until_signalled(running, settings.shutdown_grace_s, on_stop=on_stop)
-    components.executor.shutdown(wait=False, cancel_futures=True)
+    components.shutdown()
 
 
 if __name__ == "__main__":

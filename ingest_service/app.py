@@ -30,6 +30,7 @@ from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
+STORE_THREADS = 16
 SERVICE_NAME = ingest_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 
 
@@ -45,6 +46,12 @@ class IngestComponents:
     jobs: IngestJobRunner
     executor: ThreadPoolExecutor
     gate: AdmissionGate
+    store_executor: ThreadPoolExecutor
+
+    def shutdown(self) -> None:
+        """Stops both executors without waiting for queued work (recovery finishes it at start)."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.store_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def build_components(
@@ -55,6 +62,10 @@ def build_components(
     metrics: Metrics | None = None,
 ) -> IngestComponents:
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
+    # Store calls mostly wait (on the store, on the one writer); enough threads that the writes of
+    # many documents queue at once and leave in one group-committed call, and that a slow store
+    # call never holds up extraction.
+    store_executor = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="ingest-store")
     planner = ChunkPlannerImpl(
         embedder.token_counter(),
         embedder.max_tokens,
@@ -75,6 +86,7 @@ def build_components(
         chunks=chunks,
         registry=registry,
         executor=executor,
+        store_executor=store_executor,
         embed_batch_size=settings.embedding_call_size,
         document_timeout_s=settings.document_timeout_s,
         clean=clean_document,
@@ -85,7 +97,9 @@ def build_components(
     if metrics is not None:
         metrics.ingest_queue_depth.set_function(lambda: gate.pending)
     jobs = IngestJobRunner(pipeline, registry, executor, gate, concurrency=settings.ingest_concurrency)
-    return IngestComponents(pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate)
+    return IngestComponents(
+        pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate, store_executor
+    )
 
 
 async def start_ingest_server(

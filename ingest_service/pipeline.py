@@ -86,6 +86,7 @@ class IngestPipeline:
         chunks: ChunkStore,
         registry: DocumentRegistry,
         executor: Executor,
+        store_executor: Executor | None = None,
         embed_batch_size: int = 64,
         document_timeout_s: float = 900.0,
         clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
@@ -99,6 +100,7 @@ class IngestPipeline:
         self._chunks = chunks
         self._registry = registry
         self._executor = executor
+        self._store_executor = store_executor or executor
         self._batch = embed_batch_size
         self._timeout_s = document_timeout_s
         self._clean = clean
@@ -108,7 +110,13 @@ class IngestPipeline:
         self._settle_delays = settle_delays_s
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+        """CPU work (extraction, chunking) in the CPU executor."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _store(self, fn, *args):  # type: ignore[no-untyped-def]
+        """A store call in the store executor: its threads mostly wait on the store, and the more
+        writes wait at once, the more the store's group commit sends in one call."""
+        return await asyncio.get_running_loop().run_in_executor(self._store_executor, fn, *args)
 
     async def ingest(self, item: IngestItem, progress: ProgressCallback | None = None) -> IngestOutcome:
         """Ingests `item`. Raises a RagrpcError when it fails (the document is then FAILED,
@@ -158,19 +166,19 @@ class IngestPipeline:
         self, item: IngestItem, document_id: str, content_hash: str, report: ProgressCallback
     ) -> IngestOutcome:
         collection = item.spec.collection or "default"
-        existing = await self._run(self._registry.get, item.tenant, document_id)
+        existing = await self._store(self._registry.get, item.tenant, document_id)
         if existing is not None and (existing.pending_generation or existing.stale_generation):
             # An earlier attempt ended without finishing its bookkeeping (the store was unreachable when
             # it failed or switched; this process is the only writer and holds the document's lock): drop
             # those chunks now, before the markers are overwritten, or they would be left behind for good.
             for leftover in (existing.pending_generation, existing.stale_generation):
                 if leftover:
-                    await self._run(
+                    await self._store(
                         self._chunks.delete_chunks, chunks_of_generation(item.tenant, document_id, leftover)
                     )
             existing.pending_generation = existing.stale_generation = ""
             if existing.state == DocumentState.ACTIVE:
-                await self._run(self._registry.put, existing)
+                await self._store(self._registry.put, existing)
         if (
             existing
             and existing.state == DocumentState.ACTIVE
@@ -190,7 +198,7 @@ class IngestPipeline:
             return IngestOutcome(existing, unchanged=True, chunks_written=0)
         generation = new_generation()
         record = self._start_record(item, document_id, collection, content_hash, existing, generation)
-        await self._run(self._registry.put, record)
+        await self._store(self._registry.put, record)
         report(ProgressEvent(document_id, "queued", record.state))
         try:
             return await asyncio.wait_for(self._process(item, record, existing, report), self._timeout_s)
@@ -290,7 +298,7 @@ class IngestPipeline:
             rows = build_chunk_records(item, record.document_id, facts, batch, vectors, generation)
             if pending_write is not None:
                 await pending_write
-            pending_write = asyncio.ensure_future(self._run(self._chunks.insert_chunks, rows))
+            pending_write = asyncio.ensure_future(self._store(self._chunks.insert_chunks, rows))
             embedded += len(batch)
             report(ProgressEvent(record.document_id, "embedding", record.state, total, embedded))
         report(ProgressEvent(record.document_id, "writing", record.state, total, embedded))
@@ -301,7 +309,7 @@ class IngestPipeline:
                 [_mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension) for p in parents]
             )
             rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
-            await self._run(self._chunks.insert_chunks, rows)
+            await self._store(self._chunks.insert_chunks, rows)
         return embedded
 
     async def _commit(
@@ -321,15 +329,15 @@ class IngestPipeline:
         record.state = DocumentState.ACTIVE
         record.error = record.error_code = ""
         record.chunk_count = sum(1 for d in drafts if d.kind == 0)
-        await self._run(self._registry.put, record)  # the switch: new chunks become visible
+        await self._store(self._registry.put, record)  # the switch: new chunks become visible
         if old_generation:
             try:
-                await self._run(
+                await self._store(
                     self._chunks.delete_chunks,
                     chunks_of_generation(record.tenant, record.document_id, old_generation),
                 )
                 record.stale_generation = ""
-                await self._run(self._registry.put, record)
+                await self._store(self._registry.put, record)
             except errors.RagrpcError as exc:
                 # The new version is in place; only removing the old one's chunks (invisible to queries
                 # already) waits for the store.
@@ -346,7 +354,7 @@ class IngestPipeline:
         report: ProgressCallback,
     ) -> None:
         try:
-            await self._run(self._settle, record, generation, error)
+            await self._store(self._settle, record, generation, error)
         except errors.RagrpcError as exc:
             logger.warning(
                 "could not record the failure of %s (%s); retrying until the store is back", record.document_id, exc
@@ -375,7 +383,7 @@ class IngestPipeline:
             tries += 1
             try:
                 async with self._document_lock(attempt.tenant, attempt.document_id):
-                    await self._run(self._settle, attempt, generation, error)
+                    await self._store(self._settle, attempt, generation, error)
             except errors.RagrpcError as exc:
                 logger.info("settling %s: store still unreachable (%s)", attempt.document_id, exc.message)
                 continue

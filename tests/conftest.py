@@ -84,7 +84,7 @@ async def running_stack(settings: Settings, stores: FakeStack) -> AsyncIterator[
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)
-        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        ingest.shutdown()
         query.executor.shutdown(wait=False, cancel_futures=True)
 
 

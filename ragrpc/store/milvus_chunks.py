@@ -98,10 +98,7 @@ class MilvusChunkStore:
         return self._setup.upsert_keeps_partitions
 
     def _write(self, operation: str, rows: list[dict[str, Any]]) -> None:
-        def call(client: Any) -> None:
-            getattr(client, operation)(self._names.chunks, rows)
-
-        self._conn.write(call)
+        self._conn.write_rows(operation, self._names.chunks, rows, s.CHUNK_ID)
 
     @translate_errors
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:

@@ -85,7 +85,7 @@ class MilvusDocumentRegistry:
     def put(self, record: DocumentRecord) -> None:
         record.updated_at = int(time.time())
         row = record_to_row(record)
-        self._conn.write(lambda c: c.upsert(self._names.documents, [row]))
+        self._conn.write_rows("upsert", self._names.documents, [row], s.DOC_KEY)
 
     @translate_errors
     def delete(self, tenant: str, document_id: str) -> None:
@@ -136,7 +136,7 @@ class MilvusDocumentRegistry:
             s.RECORD: dataclasses.asdict(job),
             s.REGISTRY_VECTOR: [1.0, 0.0],
         }
-        self._conn.write(lambda c: c.upsert(self._names.jobs, [row]))
+        self._conn.write_rows("upsert", self._names.jobs, [row], s.JOB_ID)
 
     @translate_errors
     def get_job(self, job_id: str) -> IngestJobRecord | None:

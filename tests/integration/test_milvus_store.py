@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -125,3 +126,62 @@ def test_writer_flush_on_milvus_lite(milvus_settings: Settings, real_embedder) -
     hits = stores.chunks.search_dense(real_embedder.embed_query("heron colonies"), f.filter_from_request("t1"), 5)
     assert {h.chunk.chunk_id for h in hits} == {f"f{i}" for i in range(5)}
     assert wal_flusher(dataclasses.replace(milvus_settings, milvus_flush="off"), stores) is None
+
+
+def test_concurrent_writes_are_group_committed(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+    """Registry upserts and chunk inserts of 24 documents at once, with one document whose chunk
+    does not fit the schema: every other document is stored whole, the bad one fails alone, and
+    the writes left in fewer calls than there were writes."""
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
+    vector = real_embedder.embed_documents(["Ducks swim on ponds."])[0].tolist()
+    start = threading.Barrier(24)
+    failures: dict[int, Exception] = {}
+
+    def write_document(n: int) -> None:
+        document_id = f"doc-{n}"
+        chunks = [
+            dataclasses.replace(
+                _chunk_with(vector, f"{document_id}-c{i}", f"text {n} {i}", document_id),
+                vector=vector if n != 7 else vector[:10],  # document 7's vectors have the wrong dimension
+            )
+            for i in range(3)
+        ]
+        record = DocumentRecord(tenant="t1", document_id=document_id, state=DocumentState.PROCESSING)
+        start.wait()
+        try:
+            stores.registry.put(record)
+            stores.chunks.insert_chunks(chunks)
+            record.state = DocumentState.ACTIVE
+            stores.registry.put(record)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertions
+            failures[n] = exc
+
+    threads = [threading.Thread(target=write_document, args=(n,)) for n in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert list(failures) == [7] and isinstance(failures[7], errors.RagrpcError)
+    assert stores.chunks.count_chunks(f.eq(s.TENANT, "t1")) == 23 * 3
+    states = {r.document_id: r.state for r in stores.registry.changed_since(0)}
+    assert states.pop("doc-7") == DocumentState.PROCESSING
+    assert set(states.values()) == {DocumentState.ACTIVE} and len(states) == 23
+    groups = stores.connection.write_groups
+    assert groups.writes == 24 * 3 - 1 and groups.calls < groups.writes
+
+
+def _chunk_with(vector: list[float], chunk_id: str, text: str, document_id: str) -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=chunk_id,
+        document_id=document_id,
+        tenant="t1",
+        collection="default",
+        generation="g1",
+        text=text,
+        vector=vector,
+        chunk_index=0,
+        chunker="fixed_tokens",
+        source="a.txt",
+    )

@@ -100,7 +100,7 @@ class RealStack:
         finally:
             await ingest_server.stop(0)
             await query_server.stop(0)
-            ingest.executor.shutdown(wait=False, cancel_futures=True)
+            ingest.shutdown()
             query.executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -613,7 +613,7 @@ async def test_llm_dies_mid_stream_in_process(settings, fake_stores, chat) -> No
         finally:
             await ingest_server.stop(0)
             await query_server.stop(0)
-            ingest.executor.shutdown(wait=False, cancel_futures=True)
+            ingest.shutdown()
             query.executor.shutdown(wait=False, cancel_futures=True)
         if expect_retraction:
             outcomes.append((model, _check_retraction(events, sent, model)))

@@ -320,7 +320,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)
-        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        ingest.shutdown()
         query.executor.shutdown(wait=False, cancel_futures=True)
     report = check_invariants(stores.chunks, stores.registry)
     rows.append(("store invariants", report.summary()))
@@ -442,7 +442,7 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)
-        ingest.executor.shutdown(wait=False, cancel_futures=True)
+        ingest.shutdown()
         query.executor.shutdown(wait=False, cancel_futures=True)
     by_tenant = stores.chunks.count_chunks(f.eq(s.TENANT, "default"))
     by_document = stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "kingfisher"))
