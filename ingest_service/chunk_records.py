@@ -69,3 +69,14 @@ def build_chunk_records(
             )
         )
     return records
+
+
+def mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:
+    """The normalised mean of child vectors: the vector of a PARENT chunk (context only, not embedded)."""
+    if not vectors:
+        unit = np.zeros(dimension, dtype=np.float32)
+        unit[0] = 1.0
+        return unit
+    mean = np.mean(np.stack(vectors), axis=0)
+    norm = float(np.linalg.norm(mean))
+    return (mean / norm).astype(np.float32) if norm > 0 else mean_direction([], dimension)

@@ -79,3 +79,13 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
         tags=list(spec.tags),
         metadata={str(k): str(v) for k, v in merged.items()},
     )
+
+
+def no_text_message(extracted: ExtractedDocument) -> str:
+    if extracted.pages_without_text:
+        pages = ", ".join(map(str, extracted.pages_without_text[:20]))
+        return (
+            f"the document has no text layer on {len(extracted.pages_without_text)} page(s) ({pages}); "
+            "it looks scanned: run OCR on it first (e.g. ocrmypdf) and ingest the result"
+        )
+    return "the document contains no extractable text"

@@ -26,8 +26,8 @@ from typing import Protocol
 import numpy as np
 
 from ingest_service.attempt_settling import settle_attempt
-from ingest_service.chunk_records import build_chunk_records, new_generation
-from ingest_service.document_facts import DocumentFacts, gather_facts
+from ingest_service.chunk_records import build_chunk_records, mean_direction, new_generation
+from ingest_service.document_facts import DocumentFacts, gather_facts, no_text_message
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ingest_service.stale_chunks import chunks_of_generation
@@ -258,7 +258,7 @@ class IngestPipeline:
         if not drafts:
             if record.state != DocumentState.ACTIVE:  # not a replacement (that keeps the facts of its old version)
                 facts.apply_to(record)  # the FAILED record shows the pages without text, page count, title
-            raise errors.InvalidInputError(_no_text_message(extracted), reason="NO_TEXT")
+            raise errors.InvalidInputError(no_text_message(extracted), reason="NO_TEXT")
         facts.chunker = drafts[0].chunker.split("/")[0]
         generation = record.pending_generation
         written = await self._embed_and_write(item, record, facts, drafts, generation, report)
@@ -306,7 +306,7 @@ class IngestPipeline:
             await pending_write
         if parents:
             vectors = np.stack(
-                [_mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension) for p in parents]
+                [mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension) for p in parents]
             )
             rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
             await self._store(self._chunks.insert_chunks, rows)
@@ -362,7 +362,11 @@ class IngestPipeline:
             self._settle_later(record, generation, error)
         report(
             ProgressEvent(
-                record.document_id, "done", DocumentState.FAILED, error=error.message, error_code=_code_name(error)
+                record.document_id,
+                "done",
+                DocumentState.FAILED,
+                error=error.message,
+                error_code=errors.status_name(error),
             )
         )
 
@@ -389,27 +393,3 @@ class IngestPipeline:
                 continue
             logger.info("settled the failed attempt of %s after %d tries", attempt.document_id, tries)
             return
-
-
-def _mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:
-    if not vectors:
-        unit = np.zeros(dimension, dtype=np.float32)
-        unit[0] = 1.0
-        return unit
-    mean = np.mean(np.stack(vectors), axis=0)
-    norm = float(np.linalg.norm(mean))
-    return (mean / norm).astype(np.float32) if norm > 0 else _mean_direction([], dimension)
-
-
-def _code_name(error: errors.RagrpcError) -> str:
-    return errors.status_name(error)
-
-
-def _no_text_message(extracted: ExtractedDocument) -> str:
-    if extracted.pages_without_text:
-        pages = ", ".join(map(str, extracted.pages_without_text[:20]))
-        return (
-            f"the document has no text layer on {len(extracted.pages_without_text)} page(s) ({pages}); "
-            "it looks scanned: run OCR on it first (e.g. ocrmypdf) and ingest the result"
-        )
-    return "the document contains no extractable text"
