@@ -91,12 +91,17 @@ class IngestJobRunner:
         return job.job_id, self._follow(queue)
 
     async def _follow(self, queue: asyncio.Queue[object]) -> AsyncIterator[JobEvent]:
+        """The job's events; a document's events that queued up while the caller was not reading
+        leave as its latest one (see `latest_per_document`)."""
         while True:
-            event = await queue.get()
-            if event is _END:
-                return
-            assert isinstance(event, JobEvent)
-            yield event
+            waiting = [await queue.get()]
+            while not queue.empty():
+                waiting.append(queue.get_nowait())
+            for event in latest_per_document(waiting):
+                if event is _END:
+                    return
+                assert isinstance(event, JobEvent)
+                yield event
 
     async def _run(self, job: IngestJobRecord, items: list[IngestItem], queue: asyncio.Queue[object]) -> None:
         started = time.monotonic()
@@ -132,7 +137,7 @@ class IngestJobRunner:
         self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary, queue: asyncio.Queue[object]
     ) -> None:
         def report(event: ProgressEvent) -> None:
-            job.documents[index] = {"index": index, **asdict(event), "state": int(event.state)}
+            job.documents[index] = progress_row(index, event)
             queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
 
         try:
@@ -185,3 +190,35 @@ class IngestJobRunner:
         """Waits (up to timeout_s) for running jobs, at shutdown."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+
+def progress_row(index: int, event: ProgressEvent) -> dict[str, object]:
+    """The job record's entry for a document (dataclasses.asdict, without its deep copy: this runs
+    for every progress event)."""
+    return {
+        "index": index,
+        "document_id": event.document_id,
+        "stage": event.stage,
+        "state": int(event.state),
+        "chunk_count": event.chunk_count,
+        "chunks_embedded": event.chunks_embedded,
+        "error": event.error,
+        "error_code": event.error_code,
+        "unchanged": event.unchanged,
+    }
+
+
+def latest_per_document(events: list[object]) -> list[object]:
+    """Of events read from a job's queue at once, each document's latest progress event, in the
+    order of those latest events, with the other events (summary, end) where they were.
+
+    Progress events report where a document is now, so an earlier one that has not left yet adds
+    nothing once a later one exists; a document's final event (stage `done`) is its last, so it is
+    always kept. Small documents pass several stages between two reads of the stream, and each
+    message costs the event loop a gRPC write, so under load this sends fewer messages."""
+    last = {e.index: i for i, e in enumerate(events) if isinstance(e, JobEvent) and e.progress is not None}
+    return [
+        e
+        for i, e in enumerate(events)
+        if not (isinstance(e, JobEvent) and e.progress is not None) or last[e.index] == i
+    ]

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from ragrpc import errors
 from ragrpc.security import is_loopback
 from ragrpc.store.group_commit import WriteGroups
+from ragrpc.store.read_groups import ReadGroups
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class MilvusConnection:
     most acknowledged rows are gone (measured: 8 concurrent writers, SIGTERM, 24,779 of
     25,627 acknowledged rows lost; the same load serialised lost none under SIGTERM or
     SIGKILL). Row writes that queue behind the writer are sent together (`write_rows`, group
-    commit). Reads stay concurrent."""
+    commit). Reads stay concurrent; reads by primary key of one collection are grouped the same
+    way (`get_rows`)."""
 
     def __init__(self, uri: str, token: str = "", timeout_s: float = 30.0, write_group_rows: int = 512) -> None:
         self.uri = uri
@@ -101,6 +103,7 @@ class MilvusConnection:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.write_groups = WriteGroups(max_rows=write_group_rows)
+        self.read_groups = ReadGroups(max_keys=write_group_rows)
         self._keep_loaded: set[str] = set()
         self.unflushed_since: float | None = None  # monotonic time of the first write since the last flush
         self.last_write_at = 0.0
@@ -202,6 +205,19 @@ class MilvusConnection:
                 )
         if pending.error is not None:
             raise pending.error
+
+    def get_rows(
+        self, collection: str, keys: list[Any], output_fields: list[str], key_field: str
+    ) -> list[dict[str, Any]]:
+        """The rows with these primary keys (those that exist); reads of the same collection that wait
+        behind a running one are fetched together (see read_groups)."""
+        return self.read_groups.get(
+            collection,
+            keys,
+            lambda wanted: self.call(lambda c: c.get(collection, ids=wanted, output_fields=output_fields)),
+            key_of=lambda row: row[key_field],
+            retry_alone=lambda exc: not _looks_unavailable(exc),
+        )
 
     def flush(self, names: Sequence[str]) -> None:
         """Seals what was written to these collections (between writes, under the writer lock)."""

@@ -76,9 +76,7 @@ class MilvusDocumentRegistry:
     def get_many(self, keys: list[str]) -> dict[str, DocumentRecord]:
         if not keys:
             return {}
-        rows = self._conn.call(
-            lambda c: c.get(self._names.documents, ids=list(keys), output_fields=list(_SCALAR_COLUMNS))
-        )
+        rows = self._conn.get_rows(self._names.documents, list(keys), list(_SCALAR_COLUMNS), s.DOC_KEY)
         return {row[s.DOC_KEY]: row_to_record(row) for row in rows if row[s.DOC_KEY] != s.MODEL_INFO_KEY}
 
     @translate_errors

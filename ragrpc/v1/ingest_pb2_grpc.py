@@ -93,8 +93,11 @@ class IngestServiceServicer:
         """Ingests a batch of inline documents. The server streams progress events for each
         document as it moves through the stages, then exactly one `summary` message, then
         closes the stream with OK. A failed document does not fail the stream: its last
-        progress event has state FAILED and an error message. A caller that disconnects
-        does not stop the job; its state can be fetched with GetIngestJob.
+        progress event has state FAILED and an error message. Events of one document that
+        pass before the stream sends them leave as the latest one only (a small document may
+        go from its first event straight to DONE); every document's DONE event is sent. A
+        caller that disconnects does not stop the job; its state can be fetched with
+        GetIngestJob.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

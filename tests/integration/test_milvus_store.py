@@ -131,7 +131,7 @@ def test_writer_flush_on_milvus_lite(milvus_settings: Settings, real_embedder) -
 def test_concurrent_writes_are_group_committed(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
     """Registry upserts and chunk inserts of 24 documents at once, with one document whose chunk
     does not fit the schema: every other document is stored whole, the bad one fails alone, and
-    the writes left in fewer calls than there were writes."""
+    the writes left in fewer calls than there were writes; then registry reads at once share calls."""
     stores = open_milvus_stores(
         milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
     )
@@ -170,6 +170,28 @@ def test_concurrent_writes_are_group_committed(milvus_settings: Settings, real_e
     assert set(states.values()) == {DocumentState.ACTIVE} and len(states) == 23
     groups = stores.connection.write_groups
     assert groups.writes == 24 * 3 - 1 and groups.calls < groups.writes
+
+    # Registry reads of the 24 documents (and 8 that do not exist) at once: each reader gets its own
+    # record, read after the writes above, and the reads share calls.
+    found: dict[int, DocumentRecord | None] = {}
+    start = threading.Barrier(32)
+
+    def read_document(n: int) -> None:
+        start.wait()
+        found[n] = stores.registry.get("t1", f"doc-{n}")
+
+    threads = [threading.Thread(target=read_document, args=(n,)) for n in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(found[n] is None for n in range(24, 32))
+    assert {n: found[n].state for n in range(24)} == {  # type: ignore[union-attr]
+        n: DocumentState.PROCESSING if n == 7 else DocumentState.ACTIVE for n in range(24)
+    }
+    assert all(found[n].document_id == f"doc-{n}" for n in range(24))  # type: ignore[union-attr]
+    reads = stores.connection.read_groups
+    assert reads.reads == 32 and reads.calls < reads.reads
 
 
 def _chunk_with(vector: list[float], chunk_id: str, text: str, document_id: str) -> ChunkRecord:

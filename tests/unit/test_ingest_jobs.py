@@ -7,7 +7,8 @@ import asyncio
 import dataclasses
 
 from ingest_service.app import build_components
-from ingest_service.pipeline import IngestOutcome, ProgressCallback
+from ingest_service.jobs import JobEvent, JobSummary, latest_per_document
+from ingest_service.pipeline import IngestOutcome, ProgressCallback, ProgressEvent
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from ragrpc.config import Settings
 from ragrpc.models import DocumentState
@@ -56,3 +57,52 @@ async def test_concurrent_jobs_share_the_documents_in_flight_limit() -> None:
     for number in range(10):
         record = registry.get("t1", f"d{number}")
         assert record is not None and record.state == DocumentState.ACTIVE
+
+
+def test_queued_progress_of_a_document_leaves_as_its_latest_event() -> None:
+    def progress(index: int, stage: str, embedded: int = 0) -> JobEvent:
+        event = ProgressEvent(f"d{index}", stage, DocumentState.PROCESSING, 4, embedded)
+        return JobEvent("j", index=index, progress=event)
+
+    events: list[object] = [
+        progress(0, "queued"),
+        progress(1, "queued"),
+        progress(0, "extracting"),
+        progress(1, "embedding", 2),
+        progress(0, "done"),
+        JobEvent("j", summary=JobSummary(succeeded=2)),
+    ]
+    kept = latest_per_document(events)
+    assert [(e.index, e.progress.stage if e.progress else "summary") for e in kept] == [  # type: ignore[union-attr]
+        (1, "embedding"),
+        (0, "done"),
+        (-1, "summary"),
+    ]
+    assert latest_per_document([events[0]]) == [events[0]]
+
+
+async def test_a_stream_read_late_still_gets_every_documents_final_event() -> None:
+    """The caller reads the stream only after the job ended: each document's events were merged
+    into its final one, and nothing a caller needs (outcome per document, summary) is lost."""
+    settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=4)
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())
+    job_id, events = await app.jobs.start("t1", [_item(n) for n in range(6)])
+    await app.jobs.drain(30)
+    received = [e async for e in events]
+    progress = [e for e in received if e.progress is not None]
+    assert sorted(e.index for e in progress) == list(range(6))  # one event per document
+    assert {e.progress.stage for e in progress} == {"done"}  # type: ignore[union-attr]
+    assert received[-1].summary is not None and received[-1].summary.succeeded == 6
+    job = await app.jobs.get("t1", job_id)
+    assert [d["stage"] for d in job.documents] == ["done"] * 6
+    assert job.documents[0] == {
+        "index": 0,
+        "document_id": "d0",
+        "stage": "done",
+        "state": int(DocumentState.ACTIVE),
+        "chunk_count": 1,
+        "chunks_embedded": 1,
+        "error": "",
+        "error_code": "",
+        "unchanged": False,
+    }

@@ -1,0 +1,115 @@
+"""Grouped reads by primary key: reads of one collection that queue behind a running read
+leave in one call.
+
+Ingestion reads the registry row of every document before it starts (one `get` by primary
+key). Documents start in bursts (the documents of one model call finish together and free
+their slots at once), and each call costs milvus-lite and the client a fixed few
+milliseconds besides its rows. So one read per collection runs at a time, the reads that
+arrive meanwhile wait, and the next of them to run fetches every waiting key in one call.
+
+A read still returns only rows written before it was asked for (its keys are fetched by a
+call that starts after it queued). If a merged call fails for a reason other than the store
+being unreachable, each caller's keys are fetched again on their own, so one bad key fails
+only its own caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+Row = dict[str, Any]
+
+
+@dataclass
+class PendingRead:
+    keys: list[Hashable]
+    rows: list[Row] = field(default_factory=list)
+    done: bool = False
+    error: BaseException | None = None
+
+
+class ReadGroups:
+    """Queues of waiting reads, one per collection, each served by one call at a time."""
+
+    def __init__(self, max_keys: int = 512) -> None:
+        if max_keys < 1:
+            raise ValueError("max_keys must be at least 1")
+        self._max_keys = max_keys
+        self._queues: dict[str, deque[PendingRead]] = defaultdict(deque)
+        self._readers: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._lock = threading.Lock()
+        self.calls = 0  # store calls made
+        self.reads = 0  # callers' reads they carried
+
+    def get(
+        self,
+        collection: str,
+        keys: list[Hashable],
+        fetch: Callable[[list[Hashable]], list[Row]],
+        key_of: Callable[[Row], Hashable],
+        retry_alone: Callable[[BaseException], bool],
+    ) -> list[Row]:
+        """The rows of `keys` (those that exist), fetched with `fetch(keys)`, possibly in one call
+        with the keys of other callers that waited at the same time."""
+        if not keys:
+            return []
+        pending = PendingRead(list(keys))
+        with self._lock:
+            self._queues[collection].append(pending)
+            reader = self._readers[collection]
+        with reader:
+            while not pending.done:
+                self._send(self._take(collection), fetch, key_of, retry_alone)
+        if pending.error is not None:
+            raise pending.error
+        return pending.rows
+
+    def waiting(self, collection: str) -> int:
+        """Reads of the collection queued and not yet taken by a call."""
+        with self._lock:
+            return len(self._queues.get(collection, ()))
+
+    def _take(self, collection: str) -> list[PendingRead]:
+        """The waiting reads at the head of the queue: at least one, then more while the keys
+        stay within max_keys."""
+        with self._lock:
+            queue = self._queues[collection]
+            taken = [queue.popleft()]
+            keys = len(taken[0].keys)
+            while queue and keys + len(queue[0].keys) <= self._max_keys:
+                keys += len(queue[0].keys)
+                taken.append(queue.popleft())
+            return taken
+
+    def _send(
+        self,
+        batch: list[PendingRead],
+        fetch: Callable[[list[Hashable]], list[Row]],
+        key_of: Callable[[Row], Hashable],
+        retry_alone: Callable[[BaseException], bool],
+    ) -> None:
+        self.calls += 1
+        self.reads += len(batch)
+        try:
+            rows = fetch(list(dict.fromkeys(k for pending in batch for k in pending.keys)))
+        except Exception as exc:  # noqa: BLE001 - handed to each caller
+            if len(batch) == 1 or not retry_alone(exc):
+                for pending in batch:
+                    pending.error, pending.done = exc, True
+                return
+            for pending in batch:
+                self.calls += 1
+                try:
+                    pending.rows = fetch(pending.keys)
+                except Exception as alone:  # noqa: BLE001
+                    pending.error = alone
+                pending.done = True
+            return
+        by_key = {key_of(row): row for row in rows}
+        for pending in batch:
+            pending.rows = [by_key[k] for k in dict.fromkeys(pending.keys) if k in by_key]
+            pending.done = True
