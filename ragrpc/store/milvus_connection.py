@@ -92,8 +92,8 @@ class MilvusConnection:
     most acknowledged rows are gone (measured: 8 concurrent writers, SIGTERM, 24,779 of
     25,627 acknowledged rows lost; the same load serialised lost none under SIGTERM or
     SIGKILL). Row writes that queue behind the writer are sent together (`write_rows`, group
-    commit). Reads stay concurrent; reads by primary key of one collection are grouped the same
-    way (`get_rows`)."""
+    commit). Reads by primary key of one collection are grouped the same way, one call at a time
+    (`get_rows`); other reads run concurrently."""
 
     def __init__(self, uri: str, token: str = "", timeout_s: float = 30.0, write_group_rows: int = 512) -> None:
         self.uri = uri
