@@ -4,43 +4,35 @@ The model loads in `warm_up()`, called once by a service's composition root, nev
 import. Embedding is CPU-bound and synchronous; callers run it in an executor.
 
 Backends (same model, same `model_id`, vectors equal within tolerance):
-  torch      sentence-transformers on PyTorch, fp32 (the default)
-  onnx       ONNX Runtime, fp32: the model is exported once (no network for a local
-             directory) into a cache directory and loaded from there afterwards
-  onnx-int8  ONNX Runtime, int8: on first use the onnx export is graph-optimised (level O2:
-             fused attention, layer norm and GELU, numerics unchanged) and its MatMul and
-             Attention weights dynamically quantised to signed int8 per output channel, 7-bit
-             on x86 CPUs without VNNI (full 8 bits where the CPU has avx512_vnni, and on ARM);
-             1.6-1.8x torch with 2 cores of an AVX2-only CPU, mean cosine ~0.994 to fp32
+  onnx-int8  ONNX Runtime, int8 (the services' default, RAGRPC_EMBEDDING_BACKEND): on first use
+             the model is exported, its graph optimised (O2) and its MatMul and Attention weights
+             dynamically quantised to int8 (ragrpc.onnx_export, in a child process); measured with
+             2 cores: 1.95x torch fp32 on a CPU with avx512_vnni, 1.40x on an AVX2-only one, SciFact
+             nDCG@10 within 0.004 of torch, mean cosine 0.994-0.995 to fp32 (make bench, embed)
+  onnx       ONNX Runtime, fp32 (exported the same way)
+  torch      sentence-transformers on PyTorch, fp32 (this class's default)
 Streams: with `streams` > 1 the embedder loads that many model instances, each running on
 cores/streams threads, and spreads the forward batches of every call over them (texts sorted
 by length first, as sentence-transformers does). On a machine whose cores other work also
 uses (the ingest service: extraction, gRPC, the store), independent 1-thread streams keep the
 cores busy where one multi-threaded stream waits at every operator for its slowest thread.
-The cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
-system temp directory when the home directory is not writable). Exports are guarded by a
-file lock, so two services starting together export once.
+The ONNX cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
+system temp directory when the home directory is not writable).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
 import os
-import platform
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from ragrpc.config import BUNDLED_MODEL, Settings
+from ragrpc.onnx_export import cpu_quantization_config, default_onnx_cache_dir, prepare_onnx_model_isolated
 from ragrpc.tokens import HfTokenCounter, TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -84,119 +76,6 @@ def resolve_model_path(name: str) -> str:
 
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
-QUANTIZATION_CONFIGS = ("avx512_vnni", "avx512", "avx2", "arm64")
-
-
-def default_onnx_cache_dir() -> Path:
-    """~/.cache/ragrpc/onnx (XDG_CACHE_HOME respected), or <tmp>/ragrpc-onnx when not writable."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragrpc" / "onnx"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        if os.access(base, os.W_OK):
-            return base
-    except OSError:
-        pass
-    return Path(tempfile.gettempdir()) / "ragrpc-onnx"
-
-
-def cpu_quantization_config(cpuinfo: str | None = None) -> str:
-    """The dynamic-quantisation config this CPU runs fastest: avx512_vnni when its flags have
-    it, arm64 on ARM, else avx2."""
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return "arm64"
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[-1].split())
-    return "avx512_vnni" if "avx512_vnni" in flags else "avx2"
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def prepare_onnx_model(source: str, cache_dir: Path, *, quantization: str | None = None) -> tuple[str, str]:
-    """Exports `source` (a model directory or hub name) to ONNX in `cache_dir` unless already
-    there; with `quantization` (a config of QUANTIZATION_CONFIGS) also writes the int8 file.
-    Returns (model directory, ONNX file name relative to it) to load with backend="onnx"."""
-    from sentence_transformers import SentenceTransformer
-
-    if quantization is not None and quantization not in QUANTIZATION_CONFIGS:
-        raise ValueError(f"unknown quantization config {quantization!r}; use one of {QUANTIZATION_CONFIGS}")
-    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(source).name)[:60] or "model"
-    digest = hashlib.sha256(str(Path(source).resolve() if Path(source).exists() else source).encode())
-    target = cache_dir / f"{slug}-{digest.hexdigest()[:12]}"
-    with _file_lock(cache_dir / f"{target.name}.lock"):
-        if not (target / "onnx" / "model.onnx").exists():
-            logger.info("exporting %s to ONNX in %s", source, target)
-            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
-            try:
-                SentenceTransformer(source, backend="onnx", device="cpu").save_pretrained(str(staging))
-                staging.chmod(0o755)  # mkdtemp makes it owner-only
-                if target.exists():
-                    shutil.rmtree(target)
-                staging.rename(target)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        if quantization is None:
-            return str(target), "onnx/model.onnx"
-        name = quantized_file_name(quantization)
-        if not (target / "onnx" / name).exists():
-            _optimise_and_quantise(target, quantization, name)
-        return str(target), f"onnx/{name}"
-
-
-def quantized_file_name(quantization: str) -> str:
-    return f"model_O2_qint8_{quantization}.onnx"
-
-
-def _optimise_and_quantise(target: Path, quantization: str, name: str) -> None:
-    """Writes target/onnx/<name>: the O2-optimised graph of target/onnx/model.onnx with MatMul and
-    Attention weights dynamically quantised (signed, per channel). Without VNNI, x86 int8 kernels
-    multiply unsigned activations by signed weights with a 16-bit intermediate sum that saturates;
-    7-bit weights (reduce_range) keep it exact (measured: mean cosine to fp32 0.994 with, 0.76 without
-    on an AVX2 CPU). Every file appears whole or not at all (written aside, then renamed)."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from sentence_transformers import SentenceTransformer, export_optimized_onnx_model
-
-    onnx_dir = target / "onnx"
-    optimised = onnx_dir / "model_O2.onnx"
-    if not optimised.exists():
-        logger.info("optimising %s (O2)", target)
-        staging = Path(tempfile.mkdtemp(prefix=".optimise-", dir=target.parent))
-        try:
-            fp32 = SentenceTransformer(
-                str(target), backend="onnx", device="cpu", model_kwargs={"file_name": "onnx/model.onnx"}
-            )
-            export_optimized_onnx_model(fp32, "O2", str(staging))
-            (staging / "onnx" / "model_O2.onnx").replace(optimised)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    logger.info("quantising %s to int8 (%s)", optimised, quantization)
-    partial = onnx_dir / f".{name}.partial"
-    quantize_dynamic(
-        str(optimised),
-        str(partial),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        reduce_range=quantization not in ("avx512_vnni", "arm64"),
-        op_types_to_quantize=["MatMul", "Attention"],
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # types of the fused operators' outputs
-    )
-    partial.replace(onnx_dir / name)
 
 
 class SentenceTransformerEmbedder:
@@ -262,7 +141,7 @@ class SentenceTransformerEmbedder:
                 quantization = (
                     (self._quantization or cpu_quantization_config()) if self._backend == "onnx-int8" else None
                 )
-                path, file_name = prepare_onnx_model(path, cache, quantization=quantization)
+                path, file_name = prepare_onnx_model_isolated(path, cache, quantization=quantization)
                 kwargs.update(backend="onnx")
                 model_kwargs["file_name"] = file_name
             if self._streams > 1:

@@ -24,13 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ragrpc.embeddings import (
-    SentenceTransformerEmbedder,
-    available_cores,
-    cpu_quantization_config,
-    quantized_file_name,
-)
+from ragrpc.embeddings import SentenceTransformerEmbedder, available_cores
 from ragrpc.evaluation import BeirDataset, evaluate
+from ragrpc.onnx_export import cpu_quantization_config, quantized_file_name
 from scripts.bench.common import BenchConfig, SectionResult, load_scifact, ratio
 
 BACKENDS = ("torch", "onnx", "onnx-int8")

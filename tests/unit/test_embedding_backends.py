@@ -1,14 +1,18 @@
 """The ONNX backends of SentenceTransformerEmbedder: exported offline into a cache
-directory, same model id, vectors close to torch fp32."""
+directory by a child process, same model id, vectors close to torch fp32."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from ragrpc.embeddings import SentenceTransformerEmbedder, cpu_quantization_config
+from ragrpc import onnx_export
+from ragrpc.embeddings import SentenceTransformerEmbedder
+from ragrpc.onnx_export import cpu_quantization_config, prepare_onnx_model_isolated
 
 SENTENCES = [
     "The cat sat on the mat.",
@@ -37,6 +41,7 @@ def test_quantization_config_follows_cpu_flags() -> None:
 def test_onnx_int8_exports_offline_and_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    children = _record_children(monkeypatch)
     torch_fp32 = SentenceTransformerEmbedder(backend="torch")
     int8 = SentenceTransformerEmbedder(backend="onnx-int8", onnx_cache_dir=tmp_path)
     reference = torch_fp32.embed_documents(SENTENCES)
@@ -48,8 +53,38 @@ def test_onnx_int8_exports_offline_and_matches_torch(tmp_path: Path, monkeypatch
     assert float(cosine.mean()) > 0.98, cosine
     written = list(tmp_path.rglob("model_*int8_*.onnx"))
     assert written, "the int8 file was not written into the cache directory"
+    # The export ran in one child process (the service never holds the export's memory).
+    assert [command[1:3] for command in children] == [["-m", "ragrpc.onnx_export"]]
     # A second embedder reuses the cached files (no re-export) and gives the same vectors.
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")}
     again = SentenceTransformerEmbedder(backend="onnx-int8", onnx_cache_dir=tmp_path)
     assert np.allclose(again.embed_documents(SENTENCES), quantised, atol=1e-5)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")} == stamps
+    assert len(children) == 1, "files already in the cache must not start another export"
+
+
+@pytest.mark.slow
+def test_a_failed_export_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(RuntimeError, match="ONNX export of .*no-such-model failed"):
+        prepare_onnx_model_isolated(missing, tmp_path / "cache", quantization="avx2")
+    assert not list((tmp_path / "cache").rglob("*.onnx"))
+
+
+def test_unknown_quantization_config_is_refused_before_any_export(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="avx512_vnni"):
+        prepare_onnx_model_isolated("any", tmp_path, quantization="sse2")
+
+
+def _record_children(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The commands onnx_export starts (each still runs for real)."""
+    commands: list[list[str]] = []
+    run = subprocess.run
+
+    def recording_run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        commands.append(list(command))
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(onnx_export.subprocess, "run", recording_run)
+    return commands
