@@ -62,7 +62,9 @@ _DERIVED_KEYS = ("size_bytes", "sha256", "file_name", "source")  # already first
 
 def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFacts:
     spec = item.spec
-    meta = document_metadata(extracted, data=item.content, file_name=spec.file_name, source=spec.source)
+    meta = document_metadata(
+        extracted, data=item.content, file_name=spec.file_name, source=spec.source, sha256=item.content_hash
+    )
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}
     merged = {**extra, **spec.metadata}
     return DocumentFacts(

@@ -56,14 +56,15 @@ def _title_fallback(extracted: ExtractedDocument, file_name: str) -> str:
 
 
 def document_metadata(
-    extracted: ExtractedDocument, *, data: bytes, file_name: str = "", source: str = ""
+    extracted: ExtractedDocument, *, data: bytes, file_name: str = "", source: str = "", sha256: str = ""
 ) -> DocumentMetadata:
     """A copy of extracted.metadata with title, language, size, hash (and source) filled in.
 
-    extra gains "size_bytes", "sha256", "file_name" and "source" (when given)."""
+    extra gains "size_bytes", "sha256" (`sha256` when the caller has it, else computed), "file_name"
+    and "source" (when given)."""
     found = extracted.metadata
     extra = dict(found.extra)
-    extra.update({"size_bytes": str(len(data)), "sha256": content_hash(data)})
+    extra.update({"size_bytes": str(len(data)), "sha256": sha256 or content_hash(data)})
     if file_name:
         extra["file_name"] = file_name
     if source:

@@ -72,6 +72,8 @@ class IngestOutcome:
 
 ProgressCallback = Callable[[ProgressEvent], None]
 
+_HASH_ON_LOOP_BYTES = 1 << 20  # larger contents are hashed in the CPU executor
+
 
 class IngestPipeline:
     """Ingests one document at a time; many can run concurrently on one event loop."""
@@ -123,7 +125,9 @@ class IngestPipeline:
         or, for a replacement, still ACTIVE with its previous content)."""
         report = self._reporter(progress)
         validate_spec(item.spec)
-        content_hash = item.content_hash
+        # Hashing a large upload would hold up the event loop (every stream and health check).
+        small = len(item.content) < _HASH_ON_LOOP_BYTES
+        content_hash = item.content_hash if small else await self._run(getattr, item, "content_hash")
         document_id = item.spec.document_id or derived_document_id(content_hash)
         async with self._document_lock(item.tenant, document_id):
             return await self._ingest_locked(item, document_id, content_hash, report)
@@ -245,8 +249,7 @@ class IngestPipeline:
     ) -> IngestOutcome:
         doc_id, state = record.document_id, record.state
         report(ProgressEvent(doc_id, "extracting", state))
-        extracted = await self._run(self._extract_and_clean, item)
-        facts = gather_facts(item, extracted)
+        extracted, facts = await self._run(self._extract_clean_and_gather, item)
         report(ProgressEvent(doc_id, "chunking", state))
         drafts = await self._run(
             self._planner.plan,
@@ -264,11 +267,13 @@ class IngestPipeline:
         written = await self._embed_and_write(item, record, facts, drafts, generation, report)
         return await self._commit(record, existing, facts, drafts, written, report)
 
-    def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
+    def _extract_clean_and_gather(self, item: IngestItem) -> tuple[ExtractedDocument, DocumentFacts]:
+        """In the CPU executor: extraction, cleaning and the metadata (language guess, title) of one document."""
         extracted = self._extractor.extract(
             item.content, file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
         )
-        return self._clean(extracted)
+        cleaned = self._clean(extracted)
+        return cleaned, gather_facts(item, cleaned)
 
     async def _embed_and_write(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -41,8 +42,9 @@ class IngestItem:
     spec: DocumentSpecInput
     content: bytes
 
-    @property
+    @functools.cached_property
     def content_hash(self) -> str:
+        """SHA-256 of the bytes, computed once (the pipeline asks for it off the event loop)."""
         return hashlib.sha256(self.content).hexdigest()
 
 

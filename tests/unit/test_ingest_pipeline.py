@@ -49,6 +49,32 @@ async def test_ingest_marks_active_and_reports_stages(parts) -> None:  # type: i
     assert {"extracting", "chunking", "embedding", "writing"} <= set(stages)
 
 
+@pytest.mark.parametrize("size", [len(TEXT), (1 << 20) + 17], ids=["small: on the loop", "large: in the executor"])
+async def test_the_content_is_hashed_once_and_recorded(parts, size: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+    import threading
+
+    from ingest_service import requests
+
+    _, registry, app = parts
+    content = (TEXT * (size // len(TEXT) + 1))[:size]
+    hashed_in: list[str] = []
+    sha256 = hashlib.sha256
+
+    def recording_sha256(data: bytes = b""):  # type: ignore[no-untyped-def]
+        if data == content:
+            hashed_in.append(threading.current_thread().name)
+        return sha256(data)
+
+    monkeypatch.setattr(requests.hashlib, "sha256", recording_sha256)
+    outcome = await app.pipeline.ingest(item(content))
+    digest = sha256(content).hexdigest()
+    record = registry.get("t1", outcome.record.document_id)
+    assert record is not None and record.content_hash == digest
+    assert len(hashed_in) == 1, hashed_in  # once per document, not once per use
+    assert (hashed_in[0] == threading.current_thread().name) == (size < (1 << 20)), hashed_in
+
+
 async def test_same_content_twice_is_a_no_op(parts) -> None:  # type: ignore[no-untyped-def]
     chunks, _, app = parts
     first = await app.pipeline.ingest(item())
