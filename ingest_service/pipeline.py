@@ -249,7 +249,9 @@ class IngestPipeline:
     ) -> IngestOutcome:
         doc_id, state = record.document_id, record.state
         report(ProgressEvent(doc_id, "extracting", state))
-        extracted, facts = await self._run(self._extract_clean_and_gather, item)
+        extracted = await self._run(self._extract_and_clean, item)
+        # bounded work (language guess on the first characters): on the loop; the executor measured 3-4 % slower
+        facts = gather_facts(item, extracted)
         report(ProgressEvent(doc_id, "chunking", state))
         drafts = await self._run(
             self._planner.plan,
@@ -267,13 +269,11 @@ class IngestPipeline:
         written = await self._embed_and_write(item, record, facts, drafts, generation, report)
         return await self._commit(record, existing, facts, drafts, written, report)
 
-    def _extract_clean_and_gather(self, item: IngestItem) -> tuple[ExtractedDocument, DocumentFacts]:
-        """In the CPU executor: extraction, cleaning and the metadata (language guess, title) of one document."""
+    def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
         extracted = self._extractor.extract(
             item.content, file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
         )
-        cleaned = self._clean(extracted)
-        return cleaned, gather_facts(item, cleaned)
+        return self._clean(extracted)
 
     async def _embed_and_write(
         self,
