@@ -7,8 +7,8 @@ Backends (same model, same `model_id`, vectors equal within tolerance):
   onnx-int8  ONNX Runtime, int8 (the services' default, RAGRPC_EMBEDDING_BACKEND): on first use
              the model is exported, its graph optimised (O2) and its MatMul and Attention weights
              dynamically quantised to int8 (ragrpc.onnx_export, in a child process); measured with
-             2 cores: 1.95x torch fp32 on a CPU with avx512_vnni, 1.40x on an AVX2-only one, SciFact
-             nDCG@10 within 0.004 of torch, mean cosine 0.994-0.995 to fp32 (make bench, embed)
+             2 cores: 1.95x and 2.07x torch fp32 (two runs) on a CPU with avx512_vnni, 1.40x on an
+             AVX2-only one, SciFact nDCG@10 within 0.004 of torch, mean cosine 0.994-0.995 to fp32 (make bench, embed)
   onnx       ONNX Runtime, fp32 (exported the same way)
   torch      sentence-transformers on PyTorch, fp32 (this class's default)
 Streams: with `streams` > 1 the embedder loads that many model instances, each running on
@@ -255,11 +255,12 @@ def _threads_per_stream(streams: int) -> int:
 
 def _limit_threads(backend: str, threads: int, model_kwargs: dict[str, Any]) -> None:
     """Each stream runs on `threads` threads: torch's intra-op pool is per process (every stream
-    shares its size); ONNX Runtime takes it per session."""
-    if backend == "torch":
-        import torch
+    shares its size); ONNX Runtime takes it per session. The ONNX backends still pool and normalise
+    in torch, so torch gets the same limit there too."""
+    import torch
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    if backend == "torch":
         return
     import onnxruntime
 

@@ -105,7 +105,8 @@ def prepare_onnx_model_isolated(source: str, cache_dir: Path, *, quantization: s
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing) between processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -123,7 +124,7 @@ def prepare_onnx_model(source: str, cache_dir: Path, *, quantization: str | None
 
     name = _file_name(quantization)
     target = export_directory(source, cache_dir)
-    with _file_lock(cache_dir / f"{target.name}.lock"):
+    with file_lock(cache_dir / f"{target.name}.lock"):
         if not (target / "onnx" / "model.onnx").exists():
             logger.info("exporting %s to ONNX in %s", source, target)
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))

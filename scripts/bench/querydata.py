@@ -5,15 +5,12 @@ query service sees the chunks as current generations of ACTIVE documents."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import random
 import re
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ from ingest_service.extract import build_default_registry
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
 from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
+from ragrpc.onnx_export import file_lock
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import MilvusStores, open_milvus_stores
 from scripts.bench.common import DOCS_DIR, BenchConfig, load_scifact
@@ -73,16 +71,6 @@ def text_pool(limit: int, seed: int = 7) -> list[str]:
     return pool[:limit]
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _pool_texts(cache: Path, total: int) -> list[str]:
     """The first `total` pool texts, from any saved pool at least that long (pools are
     prefixes of each other), else built now."""
@@ -116,7 +104,7 @@ def cached_texts_and_vectors(config: BenchConfig, n: int, backend: str) -> tuple
     if found is not None:
         return found
     total = max(n, config.pool_size)
-    with _locked(cache / f"pool-{total}.lock"):
+    with file_lock(cache / f"pool-{total}.lock"):
         found = _cached_pool(cache, n)  # another run may have finished it while we waited
         if found is not None:
             return found

@@ -58,3 +58,22 @@ def test_cores_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     assert available_cores() == 3  # a container's CPU limit, not the node's CPUs
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert available_cores() >= 1
+
+
+def test_onnx_streams_limit_torch_threads_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ONNX backends pool and normalise in torch: with 1-thread streams torch gets 1 thread too (its
+    pool is per process; one pool of every core under each stream would oversubscribe the cores)."""
+    import torch
+
+    from ragrpc.embeddings import _limit_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        options: dict[str, object] = {}
+        _limit_threads("onnx-int8", 1, options)
+        assert torch.get_num_threads() == 1
+        session_options = options["session_options"]
+        assert session_options.intra_op_num_threads == 1  # type: ignore[attr-defined]
+    finally:
+        torch.set_num_threads(before)
