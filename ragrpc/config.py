@@ -41,6 +41,12 @@ class Settings:
     ivf_nlist: int = _setting(1024, "RAGRPC_IVF_NLIST", "IVF_FLAT nlist")
     ivf_nprobe: int = _setting(32, "RAGRPC_IVF_NPROBE", "IVF_FLAT nprobe at search time")
     store_timeout_s: float = _setting(30.0, "RAGRPC_STORE_TIMEOUT_S", "Timeout of one Milvus call")
+    store_group_linger_ms: float = _setting(
+        5.0,
+        "RAGRPC_STORE_GROUP_LINGER_MS",
+        "Ingest service under load: a registry/chunk write (or registry read) waits this long so the ones arriving "
+        "meanwhile leave in the same Milvus call (the query service never waits); 0 turns it off",
+    )
     milvus_flush: str = _setting(
         "auto",
         "RAGRPC_MILVUS_FLUSH",
@@ -69,9 +75,10 @@ class Settings:
         "Texts per forward pass of the model (a call's texts are sorted by length first; 8 was fastest on 2 cores)",
     )
     embedding_call_size: int = _setting(
-        32,
+        128,
         "RAGRPC_EMBEDDING_CALL_SIZE",
-        "Chunks gathered across concurrent documents into one model call (then run in forward batches)",
+        "Chunks gathered across concurrent documents into one model call (sorted by length, then run in forward "
+        "batches): larger calls pad less and let more documents finish, and write, together",
     )
     embedding_streams: int = _setting(
         2,
@@ -81,9 +88,10 @@ class Settings:
         "stream. The query service always uses 1",
     )
     ingest_concurrency: int = _setting(
-        64,
+        256,
         "RAGRPC_INGEST_CONCURRENCY",
-        "Documents processed at once across all ingestion jobs (their embeddings share model calls)",
+        "Documents processed at once across all ingestion jobs (their embeddings share model calls; enough to fill "
+        "RAGRPC_EMBEDDING_STREAMS calls of RAGRPC_EMBEDDING_CALL_SIZE chunks with more waiting)",
     )
     query_instruction: str = _setting(
         "", "RAGRPC_QUERY_INSTRUCTION", "Prefix added to queries before embedding (e.g. 'query: ')"

@@ -34,12 +34,25 @@ def index_config(settings: Settings) -> IndexConfig:
     )
 
 
+def connection_for(settings: Settings, *, writer: bool) -> MilvusConnection:
+    """The (not yet connected) connection of a service. Only the writer's grouped calls linger
+    under load (ingestion is about throughput); a query's registry read never waits."""
+    if settings.store_group_linger_ms < 0:
+        raise ValueError(f"RAGRPC_STORE_GROUP_LINGER_MS must be >= 0, got {settings.store_group_linger_ms}")
+    return MilvusConnection(
+        settings.milvus_uri,
+        settings.milvus_token,
+        settings.store_timeout_s,
+        group_linger_s=settings.store_group_linger_ms / 1000.0 if writer else 0.0,
+    )
+
+
 def open_milvus_stores(
     settings: Settings, *, model_id: str, dimension: int, writer: bool, wait_s: float = 60.0
 ) -> MilvusStores:
     """Connects (waiting up to wait_s for the server), ensures the collections (only the writer
     creates them) and checks the embedding model recorded on them."""
-    connection = MilvusConnection(settings.milvus_uri, settings.milvus_token, settings.store_timeout_s)
+    connection = connection_for(settings, writer=writer)
     connection.wait_until_ready(wait_s)
     names = CollectionNames.with_prefix(settings.collection_prefix)
     index = index_config(settings)

@@ -93,9 +93,19 @@ class MilvusConnection:
     25,627 acknowledged rows lost; the same load serialised lost none under SIGTERM or
     SIGKILL). Row writes that queue behind the writer are sent together (`write_rows`, group
     commit). Reads by primary key of one collection are grouped the same way, one call at a time
-    (`get_rows`); other reads run concurrently."""
+    (`get_rows`); other reads run concurrently.
 
-    def __init__(self, uri: str, token: str = "", timeout_s: float = 30.0, write_group_rows: int = 512) -> None:
+    Under load a grouped write or read first lingers `group_linger_s` (see `GroupLinger`), so the
+    writes that arrive within that time leave in its call instead of in calls of their own."""
+
+    def __init__(
+        self,
+        uri: str,
+        token: str = "",
+        timeout_s: float = 30.0,
+        write_group_rows: int = 512,
+        group_linger_s: float = 0.0,
+    ) -> None:
         self.uri = uri
         self._token = token
         self.timeout_s = timeout_s
@@ -104,9 +114,14 @@ class MilvusConnection:
         self._write_lock = threading.Lock()
         self.write_groups = WriteGroups(max_rows=write_group_rows)
         self.read_groups = ReadGroups(max_keys=write_group_rows)
+        self._linger = GroupLinger(group_linger_s)
         self._keep_loaded: set[str] = set()
         self.unflushed_since: float | None = None  # monotonic time of the first write since the last flush
         self.last_write_at = 0.0
+
+    @property
+    def group_linger_s(self) -> float:
+        return self._linger.linger_s
 
     def client(self) -> Any:
         with self._lock:
@@ -195,6 +210,7 @@ class MilvusConnection:
             return
         group = (operation, collection)
         pending = self.write_groups.enqueue(group, rows, key_field)
+        self._linger.wait(group)
         with self._write_lock:
             while not pending.done:
                 batch = self.write_groups.take(group)
@@ -217,6 +233,7 @@ class MilvusConnection:
             lambda wanted: self.call(lambda c: c.get(collection, ids=wanted, output_fields=output_fields)),
             key_of=lambda row: row[key_field],
             retry_alone=lambda exc: not _looks_unavailable(exc),
+            linger=lambda: self._linger.wait(("get", collection)),
         )
 
     def flush(self, names: Sequence[str]) -> None:
@@ -242,6 +259,38 @@ class MilvusConnection:
             f"the vector store at {self.uri} did not answer within {timeout_s:.0f}s: {last}",
             reason="STORE_UNAVAILABLE",
         )
+
+
+class GroupLinger:
+    """Holds a grouped call back for a moment while calls of its kind keep coming.
+
+    Group commit only merges calls that queue while another one runs. Ingestion's calls come in
+    bursts (the documents of one model call finish together), but they reach the store a fraction
+    of a millisecond apart, so the first of a burst used to leave alone and the rest queued behind
+    it. When another call of the same kind arrived within the last `busy_window_s`, a call now
+    waits `linger_s` first (in the store thread, off the event loop), and the next call to take
+    the lock carries everything that queued meanwhile. An isolated call (a single upload) does not
+    wait: its kind has been quiet."""
+
+    def __init__(self, linger_s: float, busy_window_s: float = 0.1) -> None:
+        if linger_s < 0:
+            raise ValueError(f"the group linger must be >= 0 seconds, got {linger_s}")
+        self.linger_s = linger_s
+        self._busy_window_s = busy_window_s
+        self._last: dict[Any, float] = {}
+        self._lock = threading.Lock()
+        self.lingered = 0  # calls that waited (for tests and benchmarks)
+
+    def wait(self, kind: Any) -> None:
+        if self.linger_s <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            previous = self._last.get(kind)
+            self._last[kind] = now
+        if previous is not None and now - previous < self._busy_window_s:
+            self.lingered += 1
+            time.sleep(self.linger_s)
 
 
 def client_options(uri: str) -> dict[str, Any]:

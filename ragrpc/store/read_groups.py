@@ -52,15 +52,19 @@ class ReadGroups:
         fetch: Callable[[list[Hashable]], list[Row]],
         key_of: Callable[[Row], Hashable],
         retry_alone: Callable[[BaseException], bool],
+        linger: Callable[[], None] | None = None,
     ) -> list[Row]:
         """The rows of `keys` (those that exist), fetched with `fetch(keys)`, possibly in one call
-        with the keys of other callers that waited at the same time."""
+        with the keys of other callers that waited at the same time. `linger`, when given, runs
+        once the read is queued, before it competes for the call (reads arriving meanwhile join it)."""
         if not keys:
             return []
         pending = PendingRead(list(keys))
         with self._lock:
             self._queues[collection].append(pending)
             reader = self._readers[collection]
+        if linger is not None:
+            linger()
         with reader:
             while not pending.done:
                 self._send(self._take(collection), fetch, key_of, retry_alone)
