@@ -66,7 +66,7 @@ class Settings:
     embedding_backend: str = _setting(
         "onnx-int8",
         "RAGRPC_EMBEDDING_BACKEND",
-        "sentence-transformers backend: onnx-int8 (ONNX Runtime, int8: 1.95-2.07x torch fp32 with avx512_vnni, 1.40x "
+        "sentence-transformers backend: onnx-int8 (ONNX Runtime, int8: 1.95-2.12x torch fp32 with avx512_vnni, 1.40x "
         "on AVX2 only, nDCG@10 within 0.004; exported once into ~/.cache/ragrpc/onnx), onnx (fp32) or torch (fp32)",
     )
     embedding_batch_size: int = _setting(
