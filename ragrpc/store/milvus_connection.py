@@ -288,8 +288,9 @@ class GroupLinger:
         with self._lock:
             previous = self._last.get(kind)
             self._last[kind] = now
-        if previous is not None and now - previous < self._busy_window_s:
-            self.lingered += 1
+            busy = previous is not None and now - previous < self._busy_window_s
+            self.lingered += busy
+        if busy:
             time.sleep(self.linger_s)
 
 
