@@ -1,15 +1,20 @@
 """Document extraction: bytes of a supported format -> ExtractedDocument (blocks in reading order).
 
-The registry picks the extractor by sniffing the content first (PDF magic, a zip holding
-word/document.xml, an HTML document start, known binary signatures), then by the declared
-media type, then by the file extension; textual content nobody claimed is read as plain text.
+The registry picks the extractor by sniffing the content first (`sniff`: PDF magic, a zip
+holding word/document.xml, an HTML document start; known binary signatures and bytes that
+are not text are refused), then by the declared media type, then by the file extension;
+textual content nobody claimed is read as plain text.
+
+It is also the one place where a parser's failure becomes an input error: whatever a parser
+raises on a file (pdfminer, python-docx, zipfile, lxml, decoding...) leaves `extract` as a
+DocumentParseError (INVALID_ARGUMENT, reason DOCUMENT_UNREADABLE) naming the file, chained to
+the original exception. Only faults of the service itself (MemoryError, a missing module)
+pass through unchanged, to become INTERNAL above.
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import zipfile
 from collections.abc import Mapping
 from pathlib import PurePath
 from types import MappingProxyType
@@ -28,8 +33,9 @@ from ingest_service.extract.docx import DocxExtractor
 from ingest_service.extract.html import HtmlExtractor
 from ingest_service.extract.markdown import MarkdownExtractor
 from ingest_service.extract.pdf import PdfExtractor
-from ingest_service.extract.text import CsvExtractor, TextExtractor, decode_text
-from ragrpc.errors import DocumentParseError, UnsupportedMediaTypeError
+from ingest_service.extract.sniff import BINARY_DATA, DAMAGED_ZIP, damaged_container, sniff_media_type
+from ingest_service.extract.text import CsvExtractor, TextExtractor
+from ragrpc.errors import DocumentParseError, RagrpcError, UnsupportedMediaTypeError
 from ragrpc.models import ExtractedDocument
 
 __all__ = [
@@ -69,83 +75,19 @@ _EXTENSIONS: Mapping[str, str] = MappingProxyType(
         ".csv": MEDIA_CSV,
     }
 )
-# Binary formats recognised only to refuse them with a precise message.
-_BINARY_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "a legacy Office (OLE2) file: .doc/.xls/.ppt"),
-    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"GIF8", "a GIF image"),
-    (b"II*\x00", "a TIFF image"),
-    (b"MM\x00*", "a TIFF image"),
-    (b"\x1f\x8b", "a gzip archive"),
-    (b"7z\xbc\xaf", "a 7z archive"),
-    (b"Rar!", "a RAR archive"),
-    (b"{\\rtf", "an RTF document"),
-    (b"\x7fELF", "an executable"),
+_LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        MEDIA_PDF: "PDF",
+        MEDIA_DOCX: "DOCX",
+        MEDIA_HTML: "HTML",
+        MEDIA_MARKDOWN: "Markdown",
+        MEDIA_TEXT: "text",
+        MEDIA_CSV: "CSV",
+    }
 )
-_ZIP_KINDS: tuple[tuple[str, str], ...] = (
-    ("ppt/", "a PowerPoint (.pptx) presentation"),
-    ("xl/", "an Excel (.xlsx) workbook"),
-    ("content.xml", "an OpenDocument file"),
-    ("META-INF/container.xml", "an EPUB book"),
-)
-_DAMAGED_ZIP = "a damaged zip archive"
-_HTML_STARTS = ("<!doctype html", "<html", '<?xml version="1.0"?><!doctype html')
-
-
-def _zip_kind(data: bytes) -> str:
-    """MEDIA_DOCX for a Word archive, else a description of what the zip is."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = archive.namelist()
-    except (zipfile.BadZipFile, ValueError, OSError):
-        return _DAMAGED_ZIP
-    if "word/document.xml" in names:
-        return MEDIA_DOCX
-    for prefix, description in _ZIP_KINDS:
-        if any(name.startswith(prefix) for name in names):
-            return description
-    return "a zip archive"
-
-
-def _looks_like_html(head: str) -> bool:
-    start = head.lstrip().lower()
-    if start.startswith(_HTML_STARTS):
-        return True
-    return start.startswith(("<head", "<body")) or ("<html" in start[:512] and "<body" in start)
-
-
-def _looks_like_pdf(data: bytes) -> bool:
-    """%PDF- at the start, or after some junk when the file also ends like a PDF."""
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"%PDF-"):
-        return True
-    return b"%PDF-" in data[:1024] and b"%%EOF" in data[-2048:]
-
-
-def _looks_binary(data: bytes) -> bool:
-    sample = data[:4096]
-    if sample.startswith((b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf")):
-        return False
-    zeros = sample.count(0)
-    return zeros > 0 and zeros / max(1, len(sample)) > 0.3 and sample[1::2].count(0) < 0.9 * len(sample[1::2])
-
-
-def sniff_media_type(data: bytes) -> tuple[str, str]:
-    """(media type, "") when the content proves its format; ("", description) for a binary
-    format that is known but unsupported; ("", "") when the content says nothing decisive."""
-    if _looks_like_pdf(data):
-        return MEDIA_PDF, ""
-    if data.startswith(b"PK\x03\x04"):
-        kind = _zip_kind(data)
-        return (kind, "") if kind == MEDIA_DOCX else ("", kind)
-    for signature, description in _BINARY_SIGNATURES:
-        if data.startswith(signature):
-            return "", description
-    if _looks_binary(data):
-        return "", "binary data"
-    if _looks_like_html(decode_text(data[:2048])):
-        return MEDIA_HTML, ""
-    return "", ""
+# Raised inside a parser but faults of the service, not of the file: never turned into input errors.
+_SERVICE_FAULTS: tuple[type[BaseException], ...] = (MemoryError, ImportError)
+_MAX_DETAIL = 300  # characters of a parser's own message quoted in the error
 
 
 def _normalise_media_type(media_type: str) -> str:
@@ -187,8 +129,12 @@ class ExtractorRegistry:
             return sniffed
         declared = _normalise_media_type(media_type)
         by_extension = _EXTENSIONS.get(PurePath(file_name).suffix.lower(), "")
-        if unsupported_kind == _DAMAGED_ZIP and MEDIA_DOCX in (declared, by_extension):
+        if unsupported_kind == DAMAGED_ZIP and MEDIA_DOCX in (declared, by_extension):
             return MEDIA_DOCX  # let the DOCX extractor report the damage
+        if unsupported_kind.startswith(BINARY_DATA):
+            damaged = damaged_container(data)  # a PDF or DOCX whose first bytes were damaged
+            if damaged and damaged in (declared, by_extension):
+                return damaged
         if unsupported_kind:
             raise _unsupported(f"the content is {unsupported_kind}")
         if declared in self._by_type:
@@ -202,15 +148,59 @@ class ExtractorRegistry:
     def extract(
         self, data: bytes, *, file_name: str = "", media_type: str = "", password: str = ""
     ) -> ExtractedDocument:
-        """Extract blocks from data; raises a RagrpcError subclass on any failure."""
+        """Extract blocks from data; raises a RagrpcError subclass on any failure of the file."""
         if not data:
-            raise DocumentParseError("the document is empty (0 bytes)", field="content")
-        chosen = self.resolve(data, file_name=file_name, media_type=media_type)
-        extractor = self._by_type.get(chosen)
-        if extractor is None:
-            raise _unsupported(f"media type {chosen!r}")
-        logger.debug("extracting %s (%s bytes) as %s", file_name or "<unnamed>", len(data), chosen)
-        return extractor.extract(data, password=password)
+            named = f" {file_name!r}" if file_name else ""
+            raise DocumentParseError(f"the document{named} is empty (0 bytes)", field="content")
+        chosen = ""
+        try:
+            chosen = self.resolve(data, file_name=file_name, media_type=media_type)
+            extractor = self._by_type.get(chosen)
+            if extractor is None:
+                raise _unsupported(f"media type {chosen!r}")
+            logger.debug("extracting %s (%s bytes) as %s", file_name or "<unnamed>", len(data), chosen)
+            return extractor.extract(data, password=password)
+        except DocumentParseError as exc:
+            if not file_name:
+                raise
+            raise _named(exc, file_name, chosen) from exc
+        except RagrpcError:
+            raise
+        except _SERVICE_FAULTS:
+            raise
+        except Exception as exc:
+            raise _parse_failure(exc, file_name, chosen) from exc
+
+
+def _error_metadata(file_name: str, media_type: str) -> dict[str, str]:
+    return {key: value for key, value in (("file_name", file_name), ("media_type", media_type)) if value}
+
+
+def _named(exc: DocumentParseError, file_name: str, media_type: str) -> DocumentParseError:
+    """The extractor's own DocumentParseError, with the file named in its message."""
+    named = DocumentParseError(
+        f"{file_name!r}: {exc.message}",
+        reason=exc.reason,
+        metadata={**_error_metadata(file_name, media_type), **exc.metadata},
+    )
+    named.field_violations = list(exc.field_violations)
+    return named
+
+
+def _parse_failure(exc: Exception, file_name: str, media_type: str) -> DocumentParseError:
+    """An unexpected exception of a parser on a file: the file is unreadable, not the service broken."""
+    detail = str(exc)
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[:_MAX_DETAIL] + "..."
+    what = _LABELS.get(media_type, media_type or "a document")
+    name = repr(file_name) if file_name else "the document"
+    logger.warning("cannot read %s as %s: %s: %s", name, what, type(exc).__name__, detail)
+    logger.debug("parser traceback for %s", name, exc_info=exc)
+    return DocumentParseError(
+        f"cannot read {name} as {what} (the file is damaged or is not what it claims to be): "
+        f"{type(exc).__name__}: {detail}",
+        metadata=_error_metadata(file_name, media_type),
+    )
 
 
 def build_default_registry(limits: ExtractionLimits | None = None) -> ExtractorRegistry:

@@ -137,6 +137,18 @@ def _read_page(page: Any, number: int) -> Page:
     return result
 
 
+def _close_pdf(pdf: Any) -> None:
+    """Close without masking the real error: pdfplumber's close() walks pdf.pages again,
+    which raises once more on a broken page tree."""
+    try:
+        pdf.close()
+    except Exception as exc:  # noqa: BLE001 - the stream is in memory; nothing is left open
+        logger.debug("closing a broken PDF: %s: %s", type(exc).__name__, exc)
+        stream = getattr(pdf, "stream", None)
+        if stream is not None:
+            stream.close()
+
+
 def _characters(words: list[dict[str, Any]]) -> int:
     return sum(len(str(w["text"])) for w in words)
 
@@ -165,7 +177,7 @@ class PdfExtractor:
         try:
             pages, metadata = self._read_pages(pdf)
         finally:
-            pdf.close()
+            _close_pdf(pdf)
         remove_repeated_margins(pages)
         for page in pages:  # image pages whose only text was a repeated stamp
             page.without_text = page.without_text or (page.image_page and not (page.rows or page.tables))

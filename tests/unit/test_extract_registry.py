@@ -1,5 +1,6 @@
-"""The registry: format sniffing, refusal of unsupported formats, and a run over every
-shared eval document (each must extract or raise a RagrpcError, within a time limit)."""
+"""The registry: format sniffing, refusal of unsupported formats, the mapping of any parser
+failure to an input error, and a run over every shared eval document (each must extract or
+raise a RagrpcError, within a time limit)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ from pathlib import Path
 import pytest
 
 from ingest_service.clean import clean_blocks
-from ingest_service.extract import SUPPORTED_MEDIA_TYPES, build_default_registry, sniff_media_type
+from ingest_service.extract import SUPPORTED_MEDIA_TYPES, ExtractorRegistry, build_default_registry, sniff_media_type
 from ingest_service.extract.base import MEDIA_DOCX, MEDIA_HTML, MEDIA_MARKDOWN, MEDIA_PDF, MEDIA_TEXT
-from ragrpc.errors import DocumentParseError, RagrpcError, UnsupportedMediaTypeError
+from ragrpc.errors import (
+    DocumentParseError,
+    LimitExceededError,
+    PasswordError,
+    RagrpcError,
+    UnsupportedMediaTypeError,
+)
 from ragrpc.models import ExtractedDocument
 
 DOCS = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "docs"
@@ -123,3 +130,64 @@ def test_every_shared_document_extracts_or_raises_a_ragrpc_error(registry) -> No
     assert outcomes["docling__xlsx_01.xlsx"] == "UnsupportedMediaTypeError"
     assert outcomes["docling__csv-comma.csv"] == "ok"
     assert sum(1 for v in outcomes.values() if v == "ok") >= len(documents) - 4
+
+
+class _FailingExtractor:
+    """A text/plain extractor that raises what it is given, as a broken parser would."""
+
+    media_types: tuple[str, ...] = (MEDIA_TEXT,)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def extract(self, data: bytes, *, password: str = "") -> ExtractedDocument:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ValueError("bad value"),
+        KeyError("word/document.xml"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        zipfile.BadZipFile("File is not a zip file"),
+        RecursionError("maximum recursion depth exceeded"),
+        AssertionError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_any_parser_failure_is_an_input_error_naming_the_file(error: Exception) -> None:
+    registry = ExtractorRegistry([_FailingExtractor(error)])
+    with pytest.raises(DocumentParseError) as caught:
+        registry.extract(b"plain words", file_name="notes.txt")
+    assert caught.value.reason == "DOCUMENT_UNREADABLE"
+    assert "'notes.txt'" in caught.value.message and type(error).__name__ in caught.value.message
+    assert caught.value.metadata["file_name"] == "notes.txt"
+    assert caught.value.__cause__ is error
+
+
+def test_parser_messages_are_cut_and_unnamed_files_still_read_well() -> None:
+    registry = ExtractorRegistry([_FailingExtractor(ValueError("x" * 5000))])
+    with pytest.raises(DocumentParseError, match="cannot read the document as text") as caught:
+        registry.extract(b"plain words")
+    assert len(caught.value.message) < 500
+
+
+def test_extractor_errors_keep_their_class_and_gain_the_file_name() -> None:
+    original = DocumentParseError("cannot read the PDF: PSEOF: Unexpected EOF", metadata={"page": "3"})
+    with pytest.raises(DocumentParseError, match="^'a.txt': cannot read the PDF") as caught:
+        ExtractorRegistry([_FailingExtractor(original)]).extract(b"words", file_name="a.txt")
+    assert caught.value.__cause__ is original and caught.value.metadata["page"] == "3"
+    with pytest.raises(DocumentParseError) as unnamed:
+        ExtractorRegistry([_FailingExtractor(original)]).extract(b"words")
+    assert unnamed.value is original
+    for passing in (PasswordError("wrong password"), LimitExceededError("too many pages")):
+        with pytest.raises(type(passing)) as same:
+            ExtractorRegistry([_FailingExtractor(passing)]).extract(b"words", file_name="a.txt")
+        assert same.value is passing
+
+
+@pytest.mark.parametrize("fault", [MemoryError(), ModuleNotFoundError("No module named 'lxml'")], ids=repr)
+def test_faults_of_the_service_are_not_blamed_on_the_file(fault: BaseException) -> None:
+    with pytest.raises(type(fault)):
+        ExtractorRegistry([_FailingExtractor(fault)]).extract(b"words", file_name="a.txt")
