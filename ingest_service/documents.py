@@ -7,6 +7,7 @@ import base64
 import binascii
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 
 from ingest_service.chunk_records import copied_chunk_id, new_generation
@@ -20,6 +21,7 @@ from ragrpc.store.filters import FilterBuilder
 
 logger = logging.getLogger(__name__)
 
+DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 50
 UPDATABLE_FIELDS = ("title", "tags", "metadata")
@@ -87,10 +89,11 @@ class DocumentService:
             conditions.append(_REGISTRY_FILTER.eq(s.SOURCE, source))
         if collection:
             conditions.append(_REGISTRY_FILTER.eq(s.COLLECTION, collection))
-        keys = self._registry.list_keys(_REGISTRY_FILTER.and_(*conditions))
-        if page_token:
-            after = _decode_token(page_token)
-            keys = [k for k in keys if k > after]
+        after = _decode_token(page_token) if page_token else ""
+        expr = _REGISTRY_FILTER.and_(*conditions)
+        # One more key than the page tells whether another page follows; documents being deleted are
+        # skipped, so a page may hold fewer than `size` documents and still have a next page.
+        keys = self._registry.list_keys(expr, after=after, limit=size + 1)
         page_keys = keys[:size]
         found = self._registry.get_many(page_keys)
         documents = [found[k] for k in page_keys if k in found and not found[k].deleting]
@@ -131,7 +134,7 @@ class DocumentService:
 
     def _rewrite_chunk_fields(self, record: DocumentRecord) -> None:
         expr = chunks_of_generation(record.tenant, record.document_id, record.generation)
-        chunks = self._chunks.query_chunks(expr, limit=16384, with_vectors=True)
+        chunks = [chunk for page in self._chunks.scan_chunks(expr, with_vectors=True) for chunk in page]
         for chunk in chunks:
             chunk.title = record.title
             chunk.tags = tuple(record.tags)
@@ -184,9 +187,15 @@ class DocumentRecovery:
 
     def run(self) -> dict[str, int]:
         counts = {"deletes_finished": 0, "attempts_rolled_back": 0, "stale_versions_removed": 0}
-        for state in (DocumentState.PENDING, DocumentState.PROCESSING, DocumentState.ACTIVE, DocumentState.FAILED):
-            for record in self._registry.in_state(state):
+        scanned = 0
+        # Every document, page by page (the markers of an interrupted attempt live in each row's record).
+        for page in self._registry.scan(_REGISTRY_FILTER.gte(s.STATE, 0)):
+            for record in page:
                 self._recover(record, counts)
+            scanned += len(page)
+        logger.info("recovery checked %d documents", scanned)
+        # Readers follow deletes through the journal while they run; one that was away this long loads in full.
+        self._registry.purge_deletions(int(time.time()) - DELETION_JOURNAL_KEEP_S)
         if any(counts.values()):
             logger.warning("recovery after an interrupted run: %s", counts)
         return counts

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from query_service.analyzer import EnglishAnalyzer
@@ -12,8 +14,9 @@ from query_service.answering import AnswerService
 from query_service.context import ContextAssembler
 from query_service.generation import build_generator_chain, parse_endpoints
 from query_service.prompt_templates import PromptBuilder, PromptTemplates
+from query_service.registry_follower import RegistryFollower
 from query_service.rerank import CrossEncoderReranker, Reranker
-from query_service.retrieval import RetrievalPipeline, SparseRetriever
+from query_service.retrieval import FollowedVisibility, RetrievalPipeline, SparseRetriever
 from query_service.servicer import RetrievalLimits, RetrieveServicer
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
@@ -25,6 +28,7 @@ from ragrpc.metrics import Metrics, MetricsInterceptor
 from ragrpc.observers import AnswerMetricsObserver
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.supervised import SupervisedLoop
 from ragrpc.tokens import TiktokenCounter
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 
@@ -40,9 +44,17 @@ class QueryComponents:
     answers: AnswerService
     executor: ThreadPoolExecutor
     limits: RetrievalLimits
+    follower: RegistryFollower
+    background: list[SupervisedLoop] = field(default_factory=list)
+
+    def start_background(self) -> list[asyncio.Task]:
+        """Starts the supervised background loops (following the registry) on the running event loop."""
+        return [asyncio.create_task(loop.run(), name=loop.name) for loop in self.background]
 
 
-def build_sparse(settings: Settings, chunks: ChunkStore, registry: DocumentRegistry) -> SparseRetriever | None:
+def build_sparse(settings: Settings, chunks: ChunkStore, follower: RegistryFollower) -> SparseRetriever | None:
+    """The configured sparse retriever; rank_bm25's index becomes a listener of the follower (it is
+    filled when the follower loads)."""
     backend = settings.sparse_backend.lower()
     if backend == "none":
         return None
@@ -54,12 +66,17 @@ def build_sparse(settings: Settings, chunks: ChunkStore, registry: DocumentRegis
             )
         return MilvusBm25Retriever(chunks)
     if backend == "rank_bm25":
-        index = InProcessBm25Index(EnglishAnalyzer())
-        sync = SparseIndexSync(index, registry, chunks)
-        loaded = sync.load_all()
-        logger.info("rank_bm25 index loaded: %d chunks of %d documents", loaded, sync.indexed_documents)
-        return RankBm25Retriever(index, sync)
+        sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)
+        follower.add_listener(sync)
+        return RankBm25Retriever(sync.index)
     raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")
+
+
+def load_follower(follower: RegistryFollower) -> None:
+    """The complete start-up view: every visible document, then (rank_bm25) every chunk of them."""
+    started = time.monotonic()
+    documents = follower.load()
+    logger.info("registry followed: %d visible documents loaded in %.1fs", documents, time.monotonic() - started)
 
 
 def build_reranker(settings: Settings) -> Reranker | None:
@@ -82,12 +99,14 @@ def build_components(
     metrics: Metrics | None = None,
 ) -> QueryComponents:
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
+    follower = RegistryFollower(registry, reconcile_interval_s=settings.registry_reconcile_interval_s)
     if sparse is None and use_configured_sparse:
-        sparse = build_sparse(settings, chunks, registry)
+        sparse = build_sparse(settings, chunks, follower)
+    load_follower(follower)
     retrieval = RetrievalPipeline(
         embedder=embedder,
         chunks=chunks,
-        registry=registry,
+        visibility=FollowedVisibility(follower, registry),
         sparse=sparse,
         reranker=reranker,
         executor=executor,
@@ -115,7 +134,13 @@ def build_components(
         max_candidates=settings.max_candidates,
         default_candidates=settings.candidates,
     )
-    return QueryComponents(retrieval, answers, executor, limits)
+    follow = SupervisedLoop(
+        "registry-follow",
+        follower.poll,
+        interval_s=settings.registry_follow_interval_s,
+        on_failure=(lambda task: metrics.background_failures.labels(task).inc()) if metrics else None,
+    )
+    return QueryComponents(retrieval, answers, executor, limits, follower, [follow])
 
 
 async def start_query_server(
@@ -125,10 +150,12 @@ async def start_query_server(
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: retrieve_pb2_grpc.add_RetrieveServiceServicer_to_server(servicer, server)
     )
-    return await host_service(
+    running = await host_service(
         settings,
         registration,
         address=address or f"{settings.host}:{settings.query_port}",
         call_timeout_s=settings.query_call_timeout_s,
         extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
     )
+    running.background_tasks += components.start_background()
+    return running

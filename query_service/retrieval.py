@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -42,13 +42,48 @@ class SparseRetriever(Protocol):
     ) -> list[ScoredChunk]: ...
 
 
+class Visibility(Protocol):
+    """Which generation of each document is visible (current, not being deleted)."""
+
+    def generations(self, keys: Iterable[str]) -> dict[str, str]: ...
+
+
+class RegistryVisibility:
+    """Visibility read from the registry (one grouped read by key)."""
+
+    def __init__(self, registry: DocumentRegistry) -> None:
+        self._registry = registry
+
+    def generations(self, keys: Iterable[str]) -> dict[str, str]:
+        records = self._registry.get_many(list(keys))
+        return {key: r.generation for key, r in records.items() if r.generation and not r.deleting}
+
+
+class FollowedVisibility:
+    """Visibility from the registry follower's memory; only documents it does not know yet (ingested
+    since its last poll, or never visible) are read from the registry, so a document is found by dense
+    search as soon as its ingestion is acknowledged, and a query costs no store call once followed."""
+
+    def __init__(self, followed: Visibility, registry: DocumentRegistry) -> None:
+        self._followed = followed
+        self._registry = RegistryVisibility(registry)
+
+    def generations(self, keys: Iterable[str]) -> dict[str, str]:
+        wanted = list(keys)
+        known = self._followed.generations(wanted)
+        unknown = [key for key in wanted if key not in known]
+        if unknown:
+            known.update(self._registry.generations(unknown))
+        return known
+
+
 class RetrievalPipeline:
     def __init__(
         self,
         *,
         embedder: Embedder,
         chunks: ChunkStore,
-        registry: DocumentRegistry,
+        visibility: Visibility,
         sparse: SparseRetriever | None,
         reranker: Reranker | None,
         executor: Executor,
@@ -57,7 +92,7 @@ class RetrievalPipeline:
     ) -> None:
         self._embedder = embedder
         self._chunks = chunks
-        self._registry = registry
+        self._visibility = visibility
         self._sparse = sparse
         self._reranker = reranker
         self._executor = executor
@@ -139,8 +174,7 @@ class RetrievalPipeline:
         keys = sorted({document_key(h.chunk.tenant, h.chunk.document_id) for h in (*dense, *sparse)})
         if not keys:
             return dense, sparse
-        records = await self._run(self._registry.get_many, keys)
-        current = {key: r.generation for key, r in records.items() if r.generation and not r.deleting}
+        current = await self._run(self._visibility.generations, keys)
 
         def keep(hit: ScoredChunk) -> bool:
             return current.get(document_key(hit.chunk.tenant, hit.chunk.document_id)) == hit.chunk.generation

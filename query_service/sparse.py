@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from query_service.sparse_index import InProcessBm25Index
-from query_service.sparse_sync import SparseIndexSync
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store.base import ChunkStore
 from ragrpc.store.filters import FilterExpr
@@ -28,18 +27,16 @@ class MilvusBm25Retriever:
 class RankBm25Retriever:
     """BM25 (rank_bm25's Okapi formula) in this process with an English analyzer (stop
     words, Snowball stemming) and per-tenant global statistics, kept in step with the
-    shared collection by SparseIndexSync."""
+    shared collection in the background by SparseIndexSync (a search never waits for it)."""
 
     name = "rank_bm25"
 
-    def __init__(self, index: InProcessBm25Index, sync: SparseIndexSync) -> None:
+    def __init__(self, index: InProcessBm25Index) -> None:
         self._index = index
-        self._sync = sync
 
     def search(
         self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
     ) -> list[ScoredChunk]:
-        self._sync.refresh()
         hits: list[ScoredChunk] = []
         rows: dict[str, dict] = {}
 

@@ -47,6 +47,12 @@ class Settings:
         "Ingest service under load: a registry/chunk write (or registry read) waits this long so the ones arriving "
         "meanwhile leave in the same Milvus call (the query service never waits); 0 turns it off",
     )
+    store_page_size: int = _setting(
+        8192,
+        "RAGRPC_STORE_PAGE_SIZE",
+        "Rows per page when a scan or listing reads through a collection (1-16384, Milvus' most per query); "
+        "no read is capped, larger collections take more pages",
+    )
     milvus_flush: str = _setting(
         "auto",
         "RAGRPC_MILVUS_FLUSH",
@@ -165,6 +171,19 @@ class Settings:
         "RAGRPC_SPARSE_BACKEND",
         "Sparse retriever: rank_bm25 (in the query service; default: better and faster in make eval/bench), "
         "milvus_bm25 (Milvus' BM25 function, 2.5+; nothing held per replica) or none",
+    )
+    registry_follow_interval_s: float = _setting(
+        0.5,
+        "RAGRPC_REGISTRY_FOLLOW_INTERVAL_S",
+        "Query service: how often a background task applies registry changes (new, replaced, updated, deleted "
+        "documents) to its BM25 index and visibility map; queries never wait for it (an acknowledged document is "
+        "found by dense search at once, by BM25 and with its deletes within about this interval)",
+    )
+    registry_reconcile_interval_s: float = _setting(
+        60.0,
+        "RAGRPC_REGISTRY_RECONCILE_INTERVAL_S",
+        "Query service: how often the background task also lists every registry key, a backstop for deletes whose "
+        "journal entry it missed (deletes reach it through the journal); at least 20x the last listing's duration",
     )
     reranker_model: str = _setting(
         "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking"

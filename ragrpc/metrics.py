@@ -8,7 +8,8 @@ measurements through the named metrics (`ingest_stage_seconds`, `chunks_written`
 Metric names carry the `ragrpc_` namespace: `ragrpc_rpc_requests_total{service,method,code}`,
 `ragrpc_rpc_latency_seconds{service,method,code}`, `ragrpc_ingest_stage_seconds{stage}`,
 `ragrpc_ingest_queue_depth`, `ragrpc_chunks_written_total`, `ragrpc_tokens_generated_total{model}`,
-`ragrpc_time_to_first_token_seconds`, `ragrpc_documents_total{state}`.
+`ragrpc_time_to_first_token_seconds`, `ragrpc_documents_total{state}`,
+`ragrpc_background_failures_total{task}`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Metrics:
             "time_to_first_token_seconds", "From Ask received to its first answer token", buckets=TTFT_BUCKETS, **common
         )
         self.documents = Counter("documents", "Documents that reached a final state, by state", ("state",), **common)
+        self.background_failures = Counter(
+            "background_failures", "Failed steps of a supervised background task (retried)", ("task",), **common
+        )
 
     def observe_rpc(self, full_method: str, code: grpc.StatusCode, seconds: float) -> None:
         service, method = split_method(full_method)

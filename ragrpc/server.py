@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -35,6 +35,7 @@ class RunningServer:
     port: int
     health: health.aio.HealthServicer
     service_names: tuple[str, ...]
+    background_tasks: list[asyncio.Task] = field(default_factory=list)  # cancelled by stop()
 
     async def set_serving(self) -> None:
         for name in ("", *self.service_names):
@@ -43,7 +44,10 @@ class RunningServer:
     async def stop(self, grace_s: float) -> None:
         """Marks every service NOT_SERVING, then lets in-flight calls finish for grace_s."""
         await self.health.enter_graceful_shutdown()
+        for task in self.background_tasks:
+            task.cancel()
         await self.server.stop(grace_s)
+        await asyncio.gather(*self.background_tasks, return_exceptions=True)
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:

@@ -4,11 +4,14 @@ the real model and a real milvus-lite server (tests/integration)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +51,7 @@ def settings() -> Settings:
         embedding_batch_size=16,
         embedding_call_size=16,
         sparse_backend="rank_bm25",
+        registry_follow_interval_s=0.05,
     )
 
 
@@ -58,6 +62,21 @@ class FakeStack:
     registry: InMemoryDocumentRegistry
     ingest_address: str = ""
     query_address: str = ""
+    follower: Any = None  # the query service's RegistryFollower, once running
+
+    def caught_up(self, timeout_s: float = 10.0) -> None:
+        """Blocks (call it from a thread, or via `await stack.followed()`) until the query service's
+        background task has completed a poll that started after this call: what was acknowledged
+        before is then searchable by BM25 too (the freshness window of RAGRPC_REGISTRY_FOLLOW_INTERVAL_S)."""
+        target = self.follower.polls + 2
+        deadline = time.monotonic() + timeout_s
+        while self.follower.polls < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the query service's registry follower did not poll")
+            time.sleep(0.005)
+
+    async def followed(self) -> None:
+        await asyncio.to_thread(self.caught_up)
 
 
 @pytest.fixture
@@ -77,6 +96,7 @@ async def running_stack(settings: Settings, stores: FakeStack) -> AsyncIterator[
     query = build_query(settings, stores.embedder, stores.chunks, stores.registry)
     ingest_server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
     query_server = await start_query_server(settings, query, "127.0.0.1:0")
+    stores.follower = query.follower
     stores.ingest_address = f"127.0.0.1:{ingest_server.port}"
     stores.query_address = f"127.0.0.1:{query_server.port}"
     try:

@@ -69,7 +69,10 @@ def open_milvus_stores(
             logging.getLogger(__name__).info("waiting for the collections: %s", exc.message)
             time.sleep(1.0)
     return MilvusStores(
-        connection, setup, MilvusChunkStore(connection, names, index, setup), MilvusDocumentRegistry(connection, names)
+        connection,
+        setup,
+        MilvusChunkStore(connection, names, index, setup, page_size=settings.store_page_size),
+        MilvusDocumentRegistry(connection, names, page_size=settings.store_page_size),
     )
 
 

@@ -237,8 +237,9 @@ class FilterBuilder:
     def ne(self, field_name: str, value: Any) -> FilterExpr:
         return Comparison(field_name, "!=", self._scalar(field_name, value))
 
-    def gt(self, field_name: str, value: int | float) -> FilterExpr:
-        return Comparison(field_name, ">", self._number(field_name, value))
+    def gt(self, field_name: str, value: int | float | str) -> FilterExpr:
+        """`field > value`; on a string field, byte-wise (UTF-8) order, as keyset pagination needs."""
+        return Comparison(field_name, ">", self._scalar(field_name, value))
 
     def gte(self, field_name: str, value: int | float) -> FilterExpr:
         return Comparison(field_name, ">=", self._number(field_name, value))

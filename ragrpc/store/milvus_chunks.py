@@ -13,12 +13,12 @@ from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
 from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
 from ragrpc.store.filters import FilterExpr
-from ragrpc.store.milvus_connection import MilvusConnection, translate_errors, translate_exception
+from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+from ragrpc.store.paging import DEFAULT_PAGE_SIZE, MAX_QUERY_WINDOW, checked_limit, checked_page_size, scan_rows
 
 logger = logging.getLogger(__name__)
 
 _INSERT_BATCH = 512
-_QUERY_LIMIT = 16384
 
 
 def chunk_to_row(chunk: ChunkRecord) -> dict[str, Any]:
@@ -82,12 +82,18 @@ class MilvusChunkStore:
     """ChunkStore over the `<prefix>_chunks` collection."""
 
     def __init__(
-        self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig, setup: CollectionSetup
+        self,
+        connection: MilvusConnection,
+        names: CollectionNames,
+        index: IndexConfig,
+        setup: CollectionSetup,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self._conn = connection
         self._names = names
         self._index = index
         self._setup = setup
+        self.page_size = checked_page_size(page_size)
 
     @property
     def supports_bm25(self) -> bool:
@@ -124,38 +130,31 @@ class MilvusChunkStore:
 
     @translate_errors
     def query_chunks(
-        self, expr: FilterExpr, limit: int = _QUERY_LIMIT, with_vectors: bool = False
+        self, expr: FilterExpr, limit: int = MAX_QUERY_WINDOW, with_vectors: bool = False
     ) -> list[ChunkRecord]:
+        """At most `limit` (<= MAX_QUERY_WINDOW) chunks matching expr, in no particular order: for
+        reads whose size the caller knows (chunks by id). Everything else scans."""
         fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        window = checked_limit(limit, "query_chunks")
         rows = self._conn.call(
-            lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields, limit=limit)
+            lambda c: c.query(self._names.chunks, filter=expr.render(), output_fields=fields, limit=window)
         )
         return [row_to_chunk(r) for r in rows]
 
-    def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
-        """All chunks matching expr, in batches (no vectors), via a query iterator."""
-        try:
-            iterator = self._conn.call(
-                lambda c: c.query_iterator(
-                    self._names.chunks,
-                    batch_size=batch_size,
-                    filter=expr.render(),
-                    output_fields=list(s.CHUNK_OUTPUT_FIELDS),
-                )
-            )
-        except Exception as exc:  # noqa: BLE001
-            raise translate_exception(exc, "scan_chunks") from exc
-        try:
-            while True:
-                try:
-                    rows = iterator.next()
-                except Exception as exc:  # noqa: BLE001
-                    raise translate_exception(exc, "scan_chunks") from exc
-                if not rows:
-                    return
-                yield [row_to_chunk(r) for r in rows]
-        finally:
-            iterator.close()
+    def scan_chunks(
+        self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
+    ) -> Iterator[list[ChunkRecord]]:
+        """All chunks matching expr, in pages of the store's page size (or batch_size), in chunk-id order."""
+        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        for rows in scan_rows(
+            self._conn,
+            self._names.chunks,
+            expr.render(),
+            fields,
+            page_size=batch_size or self.page_size,
+            operation="scan_chunks",
+        ):
+            yield [row_to_chunk(r) for r in rows]
 
     @translate_errors
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:

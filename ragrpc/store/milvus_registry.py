@@ -4,7 +4,9 @@ any replica can answer and a restart loses nothing."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord, document_key
@@ -12,6 +14,7 @@ from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+from ragrpc.store.paging import DEFAULT_PAGE_SIZE, checked_page_size, scan_rows
 
 _SCALAR_COLUMNS = (
     s.DOC_KEY,
@@ -26,9 +29,25 @@ _SCALAR_COLUMNS = (
     s.UPDATED_AT,
     s.RECORD,
 )
-_QUERY_LIMIT = 16384
-
 _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
+_JOBS_FILTER = FilterBuilder(s.JOBS_FILTERABLE_FIELDS)
+
+
+def deletion_row(key: str, deleted_at: int) -> dict[str, Any]:
+    """The deletion-journal row of document `key` (its id fits the jobs collection's 64 characters)."""
+    return {
+        s.JOB_ID: "deleted-" + hashlib.sha256(key.encode()).hexdigest()[:48],
+        s.TENANT: s.DELETION_JOURNAL_TENANT,
+        s.UPDATED_AT: deleted_at,
+        s.RECORD: {"doc_key": key},
+        s.REGISTRY_VECTOR: [1.0, 0.0],
+    }
+
+
+def deletions_expr(after: int) -> FilterExpr:
+    return _JOBS_FILTER.and_(
+        _JOBS_FILTER.eq(s.TENANT, s.DELETION_JOURNAL_TENANT), _JOBS_FILTER.gt(s.UPDATED_AT, int(after))
+    )
 
 
 def record_to_row(record: DocumentRecord) -> dict[str, Any]:
@@ -63,9 +82,12 @@ def row_to_record(row: dict[str, Any]) -> DocumentRecord:
 class MilvusDocumentRegistry:
     """DocumentRegistry over the `<prefix>_documents` and `<prefix>_jobs` collections."""
 
-    def __init__(self, connection: MilvusConnection, names: CollectionNames) -> None:
+    def __init__(
+        self, connection: MilvusConnection, names: CollectionNames, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> None:
         self._conn = connection
         self._names = names
+        self.page_size = checked_page_size(page_size)
 
     @translate_errors
     def get(self, tenant: str, document_id: str) -> DocumentRecord | None:
@@ -87,8 +109,31 @@ class MilvusDocumentRegistry:
 
     @translate_errors
     def delete(self, tenant: str, document_id: str) -> None:
+        """Removes the row, journalling the delete first (see deleted_since)."""
         key = document_key(tenant, document_id)
+        self._conn.write_rows("upsert", self._names.jobs, [deletion_row(key, int(time.time()))], s.JOB_ID)
         self._conn.write(lambda c: c.delete(self._names.documents, ids=[key]))
+
+    def deleted_since(self, updated_after: int) -> Iterator[list[str]]:
+        """Keys of documents deleted after `updated_after` (unix seconds), in pages. A key may have been
+        ingested again since: its registry row then exists again."""
+        for page in scan_rows(
+            self._conn,
+            self._names.jobs,
+            deletions_expr(updated_after).render(),
+            [s.JOB_ID, s.RECORD],
+            page_size=self.page_size,
+            operation="deletion journal scan",
+        ):
+            yield [row[s.RECORD]["doc_key"] for row in page]
+
+    @translate_errors
+    def purge_deletions(self, older_than: int) -> None:
+        """Drops journal entries written before `older_than` (a reader away longer reloads in full)."""
+        expr = _JOBS_FILTER.and_(
+            _JOBS_FILTER.eq(s.TENANT, s.DELETION_JOURNAL_TENANT), _JOBS_FILTER.lt(s.UPDATED_AT, int(older_than))
+        )
+        self._conn.write(lambda c: c.delete(self._names.jobs, filter=expr.render()))
 
     @translate_errors
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
@@ -96,33 +141,41 @@ class MilvusDocumentRegistry:
             _REGISTRY_FILTER.eq(s.TENANT, tenant),
             _REGISTRY_FILTER.eq(s.COLLECTION, collection),
             _REGISTRY_FILTER.eq(s.CONTENT_HASH, content_hash),
-        ).render()
-        return self._query(expr)
-
-    @translate_errors
-    def list_keys(self, expr: FilterExpr) -> list[str]:
-        rows = self._conn.call(
-            lambda c: c.query(
-                self._names.documents, filter=expr.render(), output_fields=[s.DOC_KEY], limit=_QUERY_LIMIT
-            )
         )
-        return sorted(row[s.DOC_KEY] for row in rows if row[s.DOC_KEY] != s.MODEL_INFO_KEY)
+        return [record for page in self.scan(expr) for record in page]
 
-    @translate_errors
-    def in_state(self, state: DocumentState) -> list[DocumentRecord]:
-        return self._query(_REGISTRY_FILTER.eq(s.STATE, int(state)).render())
+    def list_keys(self, expr: FilterExpr, *, after: str = "", limit: int) -> list[str]:
+        """The first `limit` document keys matching expr that sort after `after` (keyset pagination)."""
+        if after:
+            expr = _REGISTRY_FILTER.and_(expr, _REGISTRY_FILTER.gt(s.DOC_KEY, after))
+        keys: list[str] = []
+        for page in self._scan_rows(expr, [s.DOC_KEY], page_size=min(self.page_size, limit + 1)):
+            keys += [row[s.DOC_KEY] for row in page if row[s.DOC_KEY] != s.MODEL_INFO_KEY]
+            if len(keys) >= limit:
+                break
+        return keys[:limit]
 
-    @translate_errors
-    def changed_since(self, updated_after: int) -> list[DocumentRecord]:
-        return self._query(_REGISTRY_FILTER.gt(s.UPDATED_AT, int(updated_after)).render())
+    def scan_keys(self, expr: FilterExpr) -> Iterator[list[str]]:
+        """Every document key matching expr, page by page, in key order."""
+        for page in self._scan_rows(expr, [s.DOC_KEY]):
+            yield [row[s.DOC_KEY] for row in page if row[s.DOC_KEY] != s.MODEL_INFO_KEY]
 
-    def _query(self, expr: str) -> list[DocumentRecord]:
-        rows = self._conn.call(
-            lambda c: c.query(
-                self._names.documents, filter=expr, output_fields=list(_SCALAR_COLUMNS), limit=_QUERY_LIMIT
-            )
+    def scan(self, expr: FilterExpr) -> Iterator[list[DocumentRecord]]:
+        """Every document matching expr, page by page, in key order."""
+        for page in self._scan_rows(expr, list(_SCALAR_COLUMNS)):
+            yield [row_to_record(r) for r in page if r[s.DOC_KEY] != s.MODEL_INFO_KEY]
+
+    def _scan_rows(
+        self, expr: FilterExpr, fields: list[str], page_size: int | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        return scan_rows(
+            self._conn,
+            self._names.documents,
+            expr.render(),
+            fields,
+            page_size=page_size or self.page_size,
+            operation="registry scan",
         )
-        return [row_to_record(r) for r in rows if r[s.DOC_KEY] != s.MODEL_INFO_KEY]
 
     @translate_errors
     def put_job(self, job: IngestJobRecord) -> None:

@@ -99,6 +99,11 @@ RECORD = "record"  # JSON: the rest of the Document resource
 REGISTRY_VECTOR = "_unused_vector"  # FLOAT_VECTOR(2): Milvus requires a vector field
 
 MODEL_INFO_KEY = "__ragrpc_model_info__"  # registry row that records the embedding model
+# Deletion journal: a row in the jobs collection per deleted document (tenant field set to this
+# value, which no tenant name can take; the document's key in RECORD["doc_key"]), so that
+# readers following the registry see a delete whose registry row is already gone.
+DELETION_JOURNAL_TENANT = "#deleted"
+JOBS_FILTERABLE_FIELDS: dict[str, type] = {TENANT: str, UPDATED_AT: int}
 
 REGISTRY_FILTERABLE_FIELDS: dict[str, type] = {
     DOC_KEY: str,

@@ -2,6 +2,6 @@
 the same contracts as the real ones (filters are evaluated with FilterExpr.matches)."""
 
 from ragrpc.testing.fake_embedder import HashingEmbedder
-from ragrpc.testing.memory_store import InMemoryChunkStore, InMemoryDocumentRegistry
+from ragrpc.testing.memory_store import InMemoryChunkStore, InMemoryDocumentRegistry, all_keys, all_records
 
-__all__ = ["HashingEmbedder", "InMemoryChunkStore", "InMemoryDocumentRegistry"]
+__all__ = ["HashingEmbedder", "InMemoryChunkStore", "InMemoryDocumentRegistry", "all_keys", "all_records"]

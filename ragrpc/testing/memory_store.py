@@ -1,15 +1,20 @@
-"""In-memory ChunkStore and DocumentRegistry with the Milvus adapters' contracts."""
+"""In-memory ChunkStore and DocumentRegistry with the Milvus adapters' contracts and limits:
+one query call returns at most MAX_QUERY_WINDOW rows (more is the adapters' InternalError),
+scans come in pages of `page_size` in primary-key order, VARCHAR fields longer than the
+schema allows fail the whole write (as milvus-lite does; nothing of the call is stored), and
+an insert or upsert of an existing id replaces its row. tests/store_contract runs the same
+suite against these and a real milvus-lite server."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 
 import numpy as np
 
+from ragrpc import errors
 from ragrpc.models import (
     ChunkRecord,
     DocumentRecord,
@@ -18,16 +23,41 @@ from ragrpc.models import (
     ScoredChunk,
     StageScores,
 )
-from ragrpc.store.filters import FilterExpr
+from ragrpc.store import schema as s
+from ragrpc.store.base import DocumentRegistry
+from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_chunks import chunk_to_row
+from ragrpc.store.milvus_registry import record_to_row
+from ragrpc.store.paging import DEFAULT_PAGE_SIZE, MAX_QUERY_WINDOW, checked_limit, checked_page_size
+
+_REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
+
+
+def _check_lengths(row: dict, what: str) -> None:
+    """Milvus refuses a VARCHAR value longer than the field's max_length (in characters)."""
+    for name, limit in s.VARCHAR_LIMITS.items():
+        value = row.get(name)
+        if isinstance(value, str) and len(value) > limit:
+            raise errors.InternalError(
+                f"vector store call {what} failed: VARCHAR field {name!r} value length {len(value)} "
+                f"exceeds max_length={limit}"
+            )
+
+
+def _pages(items: list, page_size: int) -> Iterator[list]:
+    for start in range(0, len(items), page_size):
+        yield items[start : start + page_size]
 
 
 class InMemoryChunkStore:
-    def __init__(self, supports_bm25: bool = False, upsert_keeps_partitions: bool = True) -> None:
+    def __init__(
+        self, supports_bm25: bool = False, upsert_keeps_partitions: bool = True, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> None:
         self._rows: dict[str, ChunkRecord] = {}
         self._lock = threading.Lock()
         self._bm25 = supports_bm25
         self._upsert_ok = upsert_keeps_partitions
+        self.page_size = checked_page_size(page_size)
         self.fail_next_insert: Exception | None = None  # fault injection for crash tests
 
     @property
@@ -42,6 +72,8 @@ class InMemoryChunkStore:
         if self.fail_next_insert is not None:
             error, self.fail_next_insert = self.fail_next_insert, None
             raise error
+        for chunk in chunks:
+            _check_lengths(chunk_to_row(chunk), "insert")
         with self._lock:
             for chunk in chunks:
                 self._rows[chunk.chunk_id] = copy.deepcopy(chunk)
@@ -63,17 +95,19 @@ class InMemoryChunkStore:
     def count_chunks(self, expr: FilterExpr) -> int:
         return len(self._matching(expr))
 
-    def query_chunks(self, expr: FilterExpr, limit: int = 16384, with_vectors: bool = False) -> list[ChunkRecord]:
-        found = [copy.deepcopy(c) for c in self._matching(expr)[:limit]]
-        if not with_vectors:
-            for chunk in found:
-                chunk.vector = []
-        return found
+    def query_chunks(
+        self, expr: FilterExpr, limit: int = MAX_QUERY_WINDOW, with_vectors: bool = False
+    ) -> list[ChunkRecord]:
+        found = [copy.deepcopy(c) for c in self._matching(expr)[: checked_limit(limit, "query_chunks")]]
+        return found if with_vectors else [_without_vector(c) for c in found]
 
-    def scan_chunks(self, expr: FilterExpr, batch_size: int = 2000) -> Iterator[list[ChunkRecord]]:
-        found = self.query_chunks(expr, limit=10**9)
-        for start in range(0, len(found), batch_size):
-            yield found[start : start + batch_size]
+    def scan_chunks(
+        self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
+    ) -> Iterator[list[ChunkRecord]]:
+        found = sorted(self._matching(expr), key=lambda c: c.chunk_id)
+        for page in _pages(found, checked_page_size(batch_size or self.page_size)):
+            copies = [copy.deepcopy(c) for c in page]
+            yield copies if with_vectors else [_without_vector(c) for c in copies]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
         candidates = self._matching(expr)
@@ -93,11 +127,18 @@ class InMemoryChunkStore:
         raise NotImplementedError("the in-memory store has no server-side BM25; use the rank_bm25 backend")
 
 
+def _without_vector(chunk: ChunkRecord) -> ChunkRecord:
+    chunk.vector = []
+    return chunk
+
+
 class InMemoryDocumentRegistry:
-    def __init__(self) -> None:
+    def __init__(self, page_size: int = DEFAULT_PAGE_SIZE) -> None:
         self._docs: dict[str, DocumentRecord] = {}
         self._jobs: dict[str, IngestJobRecord] = {}
+        self._deletions: dict[str, int] = {}  # document key -> deleted at (unix seconds)
         self._lock = threading.Lock()
+        self.page_size = checked_page_size(page_size)
 
     def get(self, tenant: str, document_id: str) -> DocumentRecord | None:
         return self.get_many([f"{tenant}/{document_id}"]).get(f"{tenant}/{document_id}")
@@ -108,33 +149,46 @@ class InMemoryDocumentRegistry:
 
     def put(self, record: DocumentRecord) -> None:
         record.updated_at = int(time.time())
+        _check_lengths(record_to_row(record), "upsert")
         with self._lock:
             self._docs[record.key] = copy.deepcopy(record)
 
     def delete(self, tenant: str, document_id: str) -> None:
         with self._lock:
+            self._deletions[f"{tenant}/{document_id}"] = int(time.time())
             self._docs.pop(f"{tenant}/{document_id}", None)
 
-    def _all(self) -> list[DocumentRecord]:
+    def deleted_since(self, updated_after: int) -> Iterator[list[str]]:
         with self._lock:
-            return [copy.deepcopy(d) for d in self._docs.values()]
+            keys = [key for key, at in sorted(self._deletions.items()) if at > updated_after]
+        yield from _pages(keys, self.page_size)
+
+    def purge_deletions(self, older_than: int) -> None:
+        with self._lock:
+            self._deletions = {key: at for key, at in self._deletions.items() if at >= older_than}
+
+    def _matching(self, expr: FilterExpr) -> list[DocumentRecord]:
+        with self._lock:
+            return [copy.deepcopy(d) for _, d in sorted(self._docs.items()) if expr.matches(record_to_row(d))]
 
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
-        return [
-            d
-            for d in self._all()
-            if d.tenant == tenant and d.collection == collection and d.content_hash == content_hash
-        ]
+        expr = _REGISTRY_FILTER.and_(
+            _REGISTRY_FILTER.eq(s.TENANT, tenant),
+            _REGISTRY_FILTER.eq(s.COLLECTION, collection),
+            _REGISTRY_FILTER.eq(s.CONTENT_HASH, content_hash),
+        )
+        return self._matching(expr)
 
-    def list_keys(self, expr: FilterExpr) -> list[str]:
-        rows = [(d.key, {**dataclasses.asdict(d), "state": int(d.state), "doc_key": d.key}) for d in self._all()]
-        return sorted(key for key, row in rows if expr.matches(row))
+    def list_keys(self, expr: FilterExpr, *, after: str = "", limit: int) -> list[str]:
+        keys = [d.key for d in self._matching(expr) if d.key > after]
+        return keys[:limit]
 
-    def in_state(self, state: DocumentState) -> list[DocumentRecord]:
-        return [d for d in self._all() if d.state == state]
+    def scan_keys(self, expr: FilterExpr) -> Iterator[list[str]]:
+        for page in self.scan(expr):
+            yield [d.key for d in page]
 
-    def changed_since(self, updated_after: int) -> list[DocumentRecord]:
-        return [d for d in self._all() if d.updated_at > updated_after]
+    def scan(self, expr: FilterExpr) -> Iterator[list[DocumentRecord]]:
+        yield from _pages(self._matching(expr), self.page_size)
 
     def put_job(self, job: IngestJobRecord) -> None:
         job.updated_at = time.time()
@@ -145,3 +199,13 @@ class InMemoryDocumentRegistry:
         with self._lock:
             job = self._jobs.get(job_id)
             return copy.deepcopy(job) if job else None
+
+
+def all_records(registry: DocumentRegistry, state: DocumentState | None = None) -> list[DocumentRecord]:
+    """Every document of a registry (paged through), optionally in one state: for tests and checks."""
+    expr = _REGISTRY_FILTER.gte(s.STATE, 0) if state is None else _REGISTRY_FILTER.eq(s.STATE, int(state))
+    return [record for page in registry.scan(expr) for record in page]
+
+
+def all_keys(registry: DocumentRegistry, expr: FilterExpr) -> list[str]:
+    return [key for page in registry.scan_keys(expr) for key in page]

@@ -48,6 +48,7 @@ async def test_ingest_search_ask_and_docs(fake_stack, tmp_path: Path, capsys) ->
     ingest, query = ("--ingest", fake_stack.ingest_address), ("--query", fake_stack.query_address)
     code, out, _ = await _cli(capsys, *ingest, "ingest", str(_corpus(tmp_path)), "--tag", "demo")
     assert code == 0
+    await fake_stack.followed()
     lines = out.strip().splitlines()
     assert len(lines) == 3 and all("\tactive\t" in line for line in lines)
     assert not any("hidden" in line for line in lines)

@@ -136,6 +136,7 @@ async def test_retrieve_ranks_the_relevant_document_first(fake_stack) -> None:
     def scenario() -> None:
         with _clients(fake_stack) as (ingest, query):
             ids = _ingest_three(ingest)
+            fake_stack.caught_up()
             stream = query.retrieve("Milvus vector database embeddings", top_k=3)
             hits = list(stream)
             assert hits[0].document_id == ids["milvus"]

@@ -16,6 +16,7 @@ from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import schema as s
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.filters import FilterBuilder
+from ragrpc.testing import all_keys
 from tests.support.milvus_server import start_milvus_lite
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,7 @@ def test_concurrent_writes_survive_restart(tmp_path: Path, stop_with_kill: bool)
         fresh = dataclasses.replace(settings, milvus_uri=restarted.uri)
         reopened = open_milvus_stores(fresh, model_id="test/model", dimension=DIM, writer=True)
         stored = reopened.chunks.count_chunks(FilterBuilder().eq(s.TENANT, "t"))
-        registry_rows = len(reopened.registry.list_keys(FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t")))
+        registry_rows = len(all_keys(reopened.registry, FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t")))
         print(f"acknowledged chunks {len(acked)}, stored after restart {stored}, registry rows {registry_rows}")
         assert len(acked) > 100
         assert stored >= len(acked)  # every acknowledged chunk is still there

@@ -14,6 +14,7 @@ from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.factory import open_milvus_stores
+from ragrpc.testing import all_records
 
 pytestmark = pytest.mark.slow
 
@@ -88,11 +89,10 @@ def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedde
     found = stores.registry.get("t1", "doc-a")
     assert found is not None and found.metadata == {"k": "v"} and found.pages_without_text == [2]
     assert stores.registry.get("t2", "doc-a") is None
-    assert [r.document_id for r in stores.registry.in_state(DocumentState.FAILED)] == ["doc-b"]
-    assert stores.registry.list_keys(f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t1")) == [
-        "t1/doc-a",
-        "t1/doc-b",
-    ]
+    assert [r.document_id for r in all_records(stores.registry, DocumentState.FAILED)] == ["doc-b"]
+    by_tenant = f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t1")
+    assert stores.registry.list_keys(by_tenant, limit=10) == ["t1/doc-a", "t1/doc-b"]
+    assert stores.registry.list_keys(by_tenant, after="t1/doc-a", limit=10) == ["t1/doc-b"]
 
 
 def test_other_model_is_refused(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
@@ -165,7 +165,7 @@ def test_concurrent_writes_are_group_committed(milvus_settings: Settings, real_e
         thread.join()
     assert list(failures) == [7] and isinstance(failures[7], errors.RagrpcError)
     assert stores.chunks.count_chunks(f.eq(s.TENANT, "t1")) == 23 * 3
-    states = {r.document_id: r.state for r in stores.registry.changed_since(0)}
+    states = {r.document_id: r.state for r in all_records(stores.registry)}
     assert states.pop("doc-7") == DocumentState.PROCESSING
     assert set(states.values()) == {DocumentState.ACTIVE} and len(states) == 23
     groups = stores.connection.write_groups

@@ -318,13 +318,13 @@ def check_invariants(chunks: Any, registry: Any, tenant: str = TENANT) -> Invari
     from ragrpc.models import ChunkKind, DocumentState
     from ragrpc.store import filters as f
     from ragrpc.store import schema as s
+    from ragrpc.testing.memory_store import all_records
 
     report = InvariantReport()
     records = {}
-    for state in DocumentState:
-        for record in registry.in_state(state):
-            if record.tenant == tenant:
-                records[record.document_id] = record
+    for record in all_records(registry):
+        if record.tenant == tenant:
+            records[record.document_id] = record
     report.documents = len(records)
     for record in records.values():
         report.states[record.state.name] += 1

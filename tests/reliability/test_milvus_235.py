@@ -186,6 +186,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
     from ingest_service.app import start_ingest_server
     from query_service.app import build_components as build_query
     from query_service.app import build_sparse, start_query_server
+    from query_service.registry_follower import RegistryFollower
     from ragrpc.store import filters as f
     from ragrpc.store import schema as s
     from ragrpc.store.factory import open_milvus_stores
@@ -205,7 +206,9 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
     assert stores.setup.bm25_supported is False and s.SPARSE not in fields
 
     with pytest.raises(errors.PreconditionError) as refused:
-        build_sparse(dataclasses.replace(config, sparse_backend="milvus_bm25"), stores.chunks, stores.registry)
+        build_sparse(
+            dataclasses.replace(config, sparse_backend="milvus_bm25"), stores.chunks, RegistryFollower(stores.registry)
+        )
     assert errors.status_name(refused.value) == "FAILED_PRECONDITION" and "rank_bm25" in refused.value.message
     print(f"milvus_bm25 refused in-process: FAILED_PRECONDITION: {refused.value.message}")
 

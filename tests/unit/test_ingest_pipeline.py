@@ -17,7 +17,7 @@ from ragrpc.config import Settings
 from ragrpc.models import DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
-from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry, all_records
 
 TEXT = ("Ducks are waterfowl. " * 40 + "\n\n" + "Geese are larger than ducks. " * 40).encode()
 
@@ -149,7 +149,7 @@ async def test_recovery_removes_leftovers_of_a_crash(parts) -> None:  # type: ig
     assert chunk_count(chunks, "doc-4") == record.chunk_count
     assert registry.get("t1", "doc-4").pending_generation == ""
     assert registry.get("t1", "doc-5").state == DocumentState.FAILED
-    assert not registry.in_state(DocumentState.PROCESSING)
+    assert not all_records(registry, DocumentState.PROCESSING)
 
 
 async def test_concurrent_ingest_of_one_id_is_serialised(parts) -> None:  # type: ignore[no-untyped-def]

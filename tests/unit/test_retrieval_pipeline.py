@@ -20,7 +20,15 @@ from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocument
 def world():  # type: ignore[no-untyped-def]
     chunks, registry, embedder = InMemoryChunkStore(), InMemoryDocumentRegistry(), HashingEmbedder()
     settings = dataclasses.replace(Settings(), workers=2, sparse_backend="rank_bm25")
-    return build_ingest(settings, embedder, chunks, registry), build_query(settings, embedder, chunks, registry)
+    query = build_query(settings, embedder, chunks, registry)
+    retrieve = query.retrieval.retrieve
+
+    async def followed_retrieve(request: RetrievalQuery):  # type: ignore[no-untyped-def]
+        query.follower.poll()  # what the service's background task does every RAGRPC_REGISTRY_FOLLOW_INTERVAL_S
+        return await retrieve(request)
+
+    query.retrieval.retrieve = followed_retrieve  # type: ignore[method-assign]
+    return build_ingest(settings, embedder, chunks, registry), query
 
 
 async def add(ingest, tenant: str, doc_id: str, text: str, **spec) -> None:  # type: ignore[no-untyped-def]

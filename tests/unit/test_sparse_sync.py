@@ -8,6 +8,7 @@ import dataclasses
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from query_service.analyzer import EnglishAnalyzer
+from query_service.registry_follower import RegistryFollower
 from query_service.sparse import RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
 from query_service.sparse_sync import SparseIndexSync
@@ -23,11 +24,14 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
     chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
     settings = dataclasses.replace(Settings(), workers=2)
     ingest = build_ingest(settings, HashingEmbedder(), chunks, registry)
-    sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), registry, chunks)
-    retriever = RankBm25Retriever(sync._index, sync)
-    sync.load_all()
+    follower = RegistryFollower(registry)
+    sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)
+    follower.add_listener(sync)
+    retriever = RankBm25Retriever(sync.index)
+    follower.load()
 
     def hits(query: str, **filters) -> list[str]:  # type: ignore[no-untyped-def]
+        follower.poll()  # what the query service's background task does every interval
         return [h.chunk.document_id for h in retriever.search(query, "t1", f.filter_from_request("t1", **filters), 10)]
 
     spec = DocumentSpecInput(document_id="birds", file_name="birds.txt", tags=["ducks"])
@@ -42,5 +46,4 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
     assert hits("mallard") == [] and hits("mute swans") == ["birds"]
 
     ingest.documents.delete("t1", "birds")
-    sync.refresh(force=True)
     assert hits("mute swans") == []

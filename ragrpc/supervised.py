@@ -1,0 +1,78 @@
+"""Background work that must keep running: a step repeated every interval, supervised.
+
+`SupervisedLoop.run()` calls `step()` off the event loop (in a thread) every `interval_s`.
+An exception in a step never ends the loop: it is logged with its traceback, counted
+(`failures`, and the `ragrpc_background_failures_total{task}` metric when one is given), and
+the next try waits with exponential backoff (interval doubled per consecutive failure, at
+most `max_backoff_s`); the first success resets it. Cancellation (service shutdown) ends the
+loop at once and is not counted. `consecutive_failures` lets a health check tell a task that
+cannot recover from one that had a passing fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class SupervisedLoop:
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], Any],
+        *,
+        interval_s: float,
+        max_backoff_s: float = 30.0,
+        on_failure: Callable[[str], None] | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"{name}: the interval must be > 0 seconds, got {interval_s}")
+        self.name = name
+        self._step = step
+        self._interval = interval_s
+        self._max_backoff = max(max_backoff_s, interval_s)
+        self._on_failure = on_failure
+        self._sleep = sleep
+        self.failures = 0
+        self.consecutive_failures = 0
+        self.steps = 0
+
+    def next_delay(self) -> float:
+        if not self.consecutive_failures:
+            return self._interval
+        return min(self._max_backoff, self._interval * 2**self.consecutive_failures)
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        while True:
+            await self._sleep(self.next_delay())
+            await self.run_once()
+
+    async def run_once(self) -> bool:
+        """One supervised step; True when it succeeded."""
+        try:
+            await asyncio.to_thread(self._step)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - supervision: log, count, back off, go on
+            self.failures += 1
+            self.consecutive_failures += 1
+            logger.exception(
+                "background task %s failed (%d in a row); retrying in %.1fs",
+                self.name,
+                self.consecutive_failures,
+                self.next_delay(),
+            )
+            if self._on_failure is not None:
+                self._on_failure(self.name)
+            return False
+        self.steps += 1
+        if self.consecutive_failures:
+            logger.info("background task %s recovered after %d failures", self.name, self.consecutive_failures)
+        self.consecutive_failures = 0
+        return True

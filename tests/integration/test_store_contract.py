@@ -1,0 +1,140 @@
+"""One store contract, run against the in-memory fakes and a real milvus-lite server alike, with a
+page size far below the collection's size, so that what the fakes let a unit test do is what
+production does: every scan and listing pages through the whole collection in key order, one
+query call is capped, an over-long VARCHAR fails its whole write, upsert replaces, deletes are
+journalled for followers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragrpc import errors
+from ragrpc.config import Settings
+from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
+from ragrpc.store import filters as f
+from ragrpc.store import schema as s
+from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.paging import MAX_QUERY_WINDOW
+from ragrpc.testing import InMemoryChunkStore, InMemoryDocumentRegistry, all_keys, all_records
+
+PAGE = 7
+DIM = 8
+REGISTRY = f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
+
+
+@dataclasses.dataclass
+class Stores:
+    chunks: Any
+    registry: Any
+
+
+@pytest.fixture(params=["memory", pytest.param("milvus-lite", marks=pytest.mark.slow)])
+def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
+    if request.param == "memory":
+        yield Stores(InMemoryChunkStore(page_size=PAGE), InMemoryDocumentRegistry(page_size=PAGE))
+        return
+    milvus_settings: Settings = request.getfixturevalue("milvus_settings")
+    configured = dataclasses.replace(milvus_settings, store_page_size=PAGE, index_type="FLAT")
+    opened = open_milvus_stores(configured, model_id="contract/model", dimension=DIM, writer=True)
+    yield Stores(opened.chunks, opened.registry)
+
+
+def _vector(seed: int) -> list[float]:
+    v = np.random.default_rng(seed).normal(size=DIM)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def _chunk(i: int, document_id: str = "big", generation: str = "g1", text: str = "") -> ChunkRecord:
+    return ChunkRecord(
+        chunk_id=f"c{i:04d}-{document_id}-{generation}",
+        document_id=document_id,
+        tenant="t1",
+        collection="default",
+        generation=generation,
+        text=text or f"chunk number {i} of {document_id}",
+        vector=_vector(i),
+        chunk_index=i,
+        chunker="fixed_tokens",
+        kind=ChunkKind.RETRIEVABLE,
+    )
+
+
+def _record(document_id: str, state: DocumentState = DocumentState.ACTIVE) -> DocumentRecord:
+    return DocumentRecord(tenant="t1", document_id=document_id, collection="default", state=state, generation="g1")
+
+
+def test_scans_page_through_every_chunk_in_key_order(stores: Stores) -> None:
+    chunks = [_chunk(i) for i in range(5 * PAGE + 3)]
+    stores.chunks.insert_chunks(chunks)
+    pages = list(stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big")))
+    ids = [c.chunk_id for page in pages for c in page]
+    assert ids == sorted(c.chunk_id for c in chunks)
+    assert len(pages) == 6 and all(len(page) <= PAGE for page in pages)
+    assert all(c.vector == [] for page in pages for c in page)
+    with_vectors = [c for page in stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big"), with_vectors=True) for c in page]
+    assert len(with_vectors) == len(chunks) and np.allclose(with_vectors[0].vector, chunks[0].vector, atol=1e-6)
+    assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "big")) == len(chunks)
+
+
+def test_one_query_call_is_capped(stores: Stores) -> None:
+    stores.chunks.insert_chunks([_chunk(i) for i in range(3)])
+    assert len(stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "big"), 2)) == 2
+    with pytest.raises(errors.InternalError, match="scan"):
+        stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "big"), MAX_QUERY_WINDOW + 1)
+
+
+def test_delete_by_filter_removes_more_than_a_page(stores: Stores) -> None:
+    stores.chunks.insert_chunks([_chunk(i) for i in range(4 * PAGE)] + [_chunk(0, document_id="other")])
+    stores.chunks.delete_chunks(f.eq(s.DOCUMENT_ID, "big"))
+    assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "big")) == 0
+    assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "other")) == 1
+
+
+def test_upsert_replaces_rows_of_the_same_id(stores: Stores) -> None:
+    stores.chunks.insert_chunks([_chunk(i) for i in range(PAGE + 1)])
+    stores.chunks.upsert_chunks([dataclasses.replace(_chunk(i), text=f"new text {i}") for i in range(PAGE + 1)])
+    found = [c for page in stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big")) for c in page]
+    assert len(found) == PAGE + 1 and all(c.text.startswith("new text") for c in found)
+
+
+def test_an_over_long_varchar_fails_the_whole_write(stores: Stores) -> None:
+    too_long = "x" * (s.VARCHAR_LIMITS[s.TEXT] + 1)
+    with pytest.raises(errors.RagrpcError):
+        stores.chunks.insert_chunks([_chunk(0, document_id="bad"), _chunk(1, document_id="bad", text=too_long)])
+    assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "bad")) == 0
+
+
+def test_registry_listing_is_keyset_paged(stores: Stores) -> None:
+    ids = [f"doc-{i:03d}" for i in range(3 * PAGE + 2)]
+    for i, document_id in enumerate(ids):
+        stores.registry.put(_record(document_id, DocumentState.FAILED if i % 4 == 0 else DocumentState.ACTIVE))
+    tenant = REGISTRY.eq(s.TENANT, "t1")
+    listed, after = [], ""
+    while True:
+        page = stores.registry.list_keys(tenant, after=after, limit=PAGE - 2)
+        if not page:
+            break
+        listed += page
+        after = page[-1]
+    assert listed == [f"t1/{d}" for d in ids]
+    assert all_keys(stores.registry, tenant) == listed
+    failed = [r.document_id for r in all_records(stores.registry, DocumentState.FAILED)]
+    assert failed == [d for i, d in enumerate(ids) if i % 4 == 0]
+    pages = list(stores.registry.scan(REGISTRY.eq(s.STATE, int(DocumentState.ACTIVE))))
+    assert all(len(p) <= PAGE for p in pages) and sum(map(len, pages)) == len(ids) - len(failed)
+
+
+def test_deletes_are_journalled_for_followers(stores: Stores) -> None:
+    for document_id in ("a", "b", "c"):
+        stores.registry.put(_record(document_id))
+    stores.registry.delete("t1", "b")
+    journalled = [key for page in stores.registry.deleted_since(0) for key in page]
+    assert journalled == ["t1/b"] and stores.registry.get("t1", "b") is None
+    stores.registry.purge_deletions(older_than=2**40)
+    assert [key for page in stores.registry.deleted_since(0) for key in page] == []
+    assert all_keys(stores.registry, REGISTRY.eq(s.TENANT, "t1")) == ["t1/a", "t1/c"]
