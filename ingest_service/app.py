@@ -71,6 +71,7 @@ def build_components(
         embedder.max_tokens,
         default_size=settings.chunk_size_tokens,
         default_overlap=settings.chunk_overlap_tokens,
+        max_chunks_per_document=settings.max_chunks_per_document,
         embed=embedder.embed_documents,
     )
     batcher = EmbeddingBatcher(

@@ -1,5 +1,6 @@
 """Chooses and runs the chunker for a request (strategy and sizes), with the embedding
-model's tokenizer and its hard token limit."""
+model's tokenizer and its hard token limit, and refuses a plan over the per-document chunk
+limit (see `chunk_limit`) before anything of it is embedded or stored."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ingest_service.chunk_limit import checked_chunk_limit, enforce_chunk_limit
 from ingest_service.chunking import build_chunker
 from ingest_service.chunking.base import ChunkingConfig
 from ragrpc import errors
@@ -25,9 +27,11 @@ class ChunkPlannerImpl:
         *,
         default_size: int,
         default_overlap: int,
+        max_chunks_per_document: int,
         embed: Callable[[list[str]], np.ndarray] | None = None,
     ) -> None:
         self._counter = counter
+        self._max_chunks = checked_chunk_limit(max_chunks_per_document)
         self._embed = embed
         self._base = ChunkingConfig(
             chunk_size=min(default_size, max_tokens),
@@ -47,4 +51,6 @@ class ChunkPlannerImpl:
         elif overlap:
             config = replace(config, overlap=overlap)
         chunker = build_chunker(strategy or "auto", self._counter, config, embed=self._embed)
-        return chunker.chunk(document)
+        drafts = chunker.chunk(document)
+        enforce_chunk_limit(drafts, self._max_chunks)
+        return drafts

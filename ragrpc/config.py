@@ -116,6 +116,12 @@ class Settings:
         16 * 1024 * 1024, "RAGRPC_MAX_MESSAGE_BYTES", "Largest gRPC message accepted or sent"
     )
     max_upload_bytes: int = _setting(100 * 1024 * 1024, "RAGRPC_MAX_UPLOAD_BYTES", "Largest document accepted (bytes)")
+    max_chunks_per_document: int = _setting(
+        20_000,
+        "RAGRPC_MAX_CHUNKS_PER_DOCUMENT",
+        "Most chunks one document may be stored as (retrievable + parent rows); a document that chunks into more "
+        "is refused with RESOURCE_EXHAUSTED (TOO_MANY_CHUNKS) and nothing of it is stored; at least 1 (no unlimited)",
+    )
     max_batch_documents: int = _setting(
         256, "RAGRPC_MAX_BATCH_DOCUMENTS", "Most documents in one IngestDocuments request"
     )
