@@ -12,6 +12,7 @@ from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import Metrics, start_metrics_http_server
 from ragrpc.server import run_service_main, serve_until_signalled
 from ragrpc.store.factory import open_milvus_stores, wal_flusher
+from ragrpc.store.wal_flusher import supervised_flusher
 
 logger = logging.getLogger("ingest_service")
 
@@ -30,7 +31,7 @@ async def main() -> None:
     )
     components = build_components(settings, embedder, stores.chunks, stores.registry, metrics)
     flusher = wal_flusher(settings, stores)
-    flushing = asyncio.create_task(flusher.run()) if flusher is not None else None
+    flushing = asyncio.create_task(supervised_flusher(flusher, metrics).run()) if flusher is not None else None
     if flusher is not None:
         logger.info("flushing written collections after %.1fs without writes", settings.milvus_flush_idle_s)
     await run_recovery(components)

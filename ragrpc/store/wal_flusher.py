@@ -18,9 +18,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from ragrpc import errors
+from ragrpc.supervised import SupervisedLoop
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,21 @@ class WalFlusher:
         return True
 
     async def run(self, tick_s: float = 0.5) -> None:
-        """Until cancelled: checks every tick_s, flushing off the event loop."""
+        """Until cancelled: checks every tick_s, flushing off the event loop (unsupervised: an
+        unexpected error ends it; the service runs it as `supervised_flusher`)."""
         while True:
             await asyncio.sleep(tick_s)
             if self.due():
                 await asyncio.to_thread(self.flush_if_due)
+
+
+def supervised_flusher(flusher: WalFlusher, metrics: Any = None, tick_s: float = 0.5) -> SupervisedLoop:
+    """The flusher as a supervised loop: an unexpected error (not just a store error) is logged,
+    counted (`ragrpc_background_failures_total{task="wal-flush"}`) and the flusher tried again
+    with backoff, so searches never stay on the write-ahead log because the flusher died."""
+    return SupervisedLoop(
+        "wal-flush",
+        flusher.flush_if_due,
+        interval_s=tick_s,
+        on_failure=(lambda task: metrics.background_failures.labels(task).inc()) if metrics is not None else None,
+    )
