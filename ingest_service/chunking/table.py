@@ -1,9 +1,27 @@
 """Tables: a TABLE block (a Markdown table) is one chunk when it fits in max_tokens. A larger
-one is split between rows; every part after the first starts with the header row and a
-compacted separator row ("|---|:---:|", as tokenizers count every dash); a single row too
-long for a part is cut by tokens, still under the header. A wide table's header (over half a
-chunk) is repeated with one-dash separators ("|-|:-:|") as long as it leaves room for a
-typical row, so that every row is still retrieved with the header that names its columns."""
+one is split, and every part after the first starts with the table's header, so that every
+row is retrieved with the names of its columns. The header is the row(s) above the separator
+row: Block.table_header when the table starts with it, else the lines before a separator
+line among the first four (a multi-level header has two or three header rows).
+
+How much of the header is repeated depends on its width in tokens:
+1. Up to half of chunk_size: the header rows and a compacted separator ("|---|:---:|", as
+   tokenizers count every dash).
+2. Wider, while max_tokens leaves room for a typical (median) row under it: the header rows
+   with one-dash separators ("|-|:-:|"). Rows are packed under it to chunk_size less the
+   header, but at least to half of chunk_size or to the room max_tokens leaves, if less (the
+   header may be longer than chunk_size).
+3. Wider still (dozens to hundreds of columns): the header rows are chunks of their own, then
+   every row is cut between cells into pieces of as many columns as fit in chunk_size with
+   their header, each piece under the header of its own columns (those columns' names, one-
+   dash separators). A header over half of max_tokens that leaves too little room for its
+   piece (one column with a cell longer than the window) is cut to the first max_tokens / 2
+   tokens of its names. A piece whose cells are all empty is left out; a row's first cell
+   (its label) is not repeated on its later pieces.
+In 1 and 2 the first part keeps the table's own header when a row fits under it. A row too
+long for a part (a cell longer than the model window) is cut by tokens, every cut under the
+header, so no chunk exceeds max_tokens. A caption is not in the block model: the PDF and HTML
+extractors put it in a paragraph block before the table, which is chunked as text."""
 
 from __future__ import annotations
 
@@ -21,33 +39,82 @@ from ingest_service.chunking.units import (
     split_range,
 )
 from ragrpc.models import BlockKind
+from ragrpc.tokens import TokenCounter
 
 _SEPARATOR_ROW = re.compile(r"\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*")
 _DASHES = re.compile(r"-{4,}")
 _ANY_DASHES = re.compile(r"-+")
 _SPACES = re.compile(r"[ \t]+")
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
+_NO_CELL_TEXT = re.compile(r"[\s|]*")
+_MAX_HEADER_ROWS = 3
+
+Header = tuple[Range, Range]  # the header row(s) and the separator row
 
 
-def table_header(view: DocumentView, index: int) -> tuple[Range, Range] | None:
-    """The header row and separator row of TABLE block `index`: Block.table_header when
-    the table starts with it, else the first two lines when the second is a separator."""
+def table_header(view: DocumentView, index: int) -> Header | None:
+    """The header row(s) and separator row of TABLE block `index` (see the module docstring);
+    None when the table has no body row under them."""
     start, end = view.block_span(index)
     lines = line_ranges(view.text, start, end)
-    if len(lines) < 3:
-        return None
     declared = view.blocks[index].table_header.strip()
-    separator = view.text[lines[1][0] : lines[1][1]]
-    if (declared and view.text.startswith(declared, start)) or _SEPARATOR_ROW.fullmatch(separator):
-        return lines[0], lines[1]
+    declared_rows = declared.count("\n") if declared and view.text.startswith(declared, start) else 0
+    for rows in [declared_rows] if declared_rows else range(1, _MAX_HEADER_ROWS + 1):
+        separator = view.text[lines[rows][0] : lines[rows][1]] if rows < len(lines) else ""
+        if rows + 1 < len(lines) and (declared_rows or _SEPARATOR_ROW.fullmatch(separator)):
+            return (lines[0][0], lines[rows - 1][1]), lines[rows]
     return None
 
 
-def compact_header(view: DocumentView, header: tuple[Range, Range], minimal: bool = False) -> str:
+def compact_header(view: DocumentView, header: Header, minimal: bool = False) -> str:
     (row_start, row_end), (sep_start, sep_end) = header
     separator = _SPACES.sub("", _DASHES.sub("---", view.text[sep_start:sep_end]))
     if minimal:
         separator = _ANY_DASHES.sub("-", separator)
     return f"{view.text[row_start:row_end]}\n{separator}"
+
+
+def _cell_borders(text: str, start: int, end: int) -> list[int]:
+    """Offsets of the cell borders ("|", not "\\|") of the row text[start:end], with a border
+    just outside each end of the row that has none."""
+    borders = [m.start() for m in _CELL_BORDER.finditer(text, start, end)]
+    if not borders or borders[0] != start:
+        borders.insert(0, start - 1)
+    if borders[-1] != end - 1 or len(borders) == 1:
+        borders.append(end)
+    return borders
+
+
+def cell_spans(text: str, start: int, end: int) -> list[Range]:
+    """The cells of a row with their borders ("| 12 |"); neighbours share a border."""
+    borders = _cell_borders(text, start, end)
+    return [(max(a, start), min(b + 1, end)) for a, b in zip(borders, borders[1:], strict=False)]
+
+
+def cell_texts(text: str, start: int, end: int) -> list[str]:
+    borders = _cell_borders(text, start, end)
+    return [text[a + 1 : b].strip() for a, b in zip(borders, borders[1:], strict=False)]
+
+
+class ColumnHeaders:
+    """The header of a wide table by column: the header to put over any run of columns, and
+    what each column adds to it in tokens."""
+
+    def __init__(self, view: DocumentView, header: Header, counter: TokenCounter) -> None:
+        self.names = [cell_texts(view.text, a, b) for a, b in line_ranges(view.text, *header[0])]
+        self._counter = counter
+        self._costs: dict[int, int] = {}
+        self.base = counter.count(self.text(0, 0))
+
+    def text(self, first: int, last: int) -> str:
+        """The header of columns [first, last): their names on each header row, then "|-|"."""
+        rows = ["|" + "".join(f" {row[c] if c < len(row) else ''} |" for c in range(first, last)) for row in self.names]
+        return "\n".join([*rows, "|" + "-|" * (last - first)])
+
+    def cost(self, column: int) -> int:
+        if column not in self._costs:
+            self._costs[column] = self._counter.count(self.text(column, column + 1)) - self.base
+        return self._costs[column]
 
 
 class TableChunker(PlannedChunker):
@@ -66,8 +133,15 @@ class TableChunker(PlannedChunker):
                 text_blocks.append(index)
         return drafts + self._text(view, text_blocks)
 
-    def _limits(self, reserved: int = 0) -> Limits:
-        return Limits(self.config.chunk_size - reserved, self.config.max_tokens - reserved)
+    def _limits(self) -> Limits:
+        return Limits(self.config.chunk_size, self.config.max_tokens)
+
+    def _row_limits(self, reserved: int) -> Limits:
+        """Limits for rows under a header of `reserved` tokens: chunk_size less the header, but
+        at least half of chunk_size, or the room max_tokens leaves when that is less (a wide
+        header may be longer than chunk_size); never under 1 token."""
+        hard = self.config.max_tokens - reserved
+        return Limits(max(self.config.chunk_size - reserved, min(hard, self.config.chunk_size // 2), 1), hard)
 
     def _text(self, view: DocumentView, blocks: list[int]) -> list[Draft]:
         pieces = split_blocks(view, blocks, self._limits())
@@ -78,11 +152,29 @@ class TableChunker(PlannedChunker):
         if view.count(start, end) <= self.config.max_tokens:
             return [Draft([(start, end)], self.name, start)]
         header = table_header(view, index)
-        repeated = self._repeated_header(view, header, end) if header else ""
-        if header is None or not repeated:
+        if header is None:
             pieces = split_range(view, (start, end), TABLE_LEVELS, self._limits())
             return pack_drafts(view, pieces, self._limits(), self.name)
-        limits = self._limits(self.counter.count(repeated))
+        repeated = self._repeated_header(view, header, end)
+        if not repeated:
+            return self._plan_wide(view, header, end)
+        return self._plan_rows(view, header, end, repeated)
+
+    def _repeated_header(self, view: DocumentView, header: Header, end: int) -> str:
+        """The header to put on top of every part after the first; "" when it leaves no room
+        for a typical row (a longer row, a footnote, is cut under the header)."""
+        repeated = compact_header(view, header)
+        if self.counter.count(repeated) <= self.config.chunk_size // 2:
+            return repeated
+        minimal = compact_header(view, header, minimal=True)
+        rows = sorted(view.count(a, b) for a, b in line_ranges(view.text, header[1][1], end))
+        typical = rows[len(rows) // 2] if rows else 0
+        return minimal if self.counter.count(minimal) + typical < self.config.max_tokens else ""
+
+    def _plan_rows(self, view: DocumentView, header: Header, end: int, repeated: str) -> list[Draft]:
+        """Whole rows packed under the repeated header (cases 1 and 2)."""
+        start = header[0][0]
+        limits = self._row_limits(self.counter.count(repeated))
         rows = [
             piece
             for row in line_ranges(view.text, header[1][1], end)
@@ -95,19 +187,10 @@ class TableChunker(PlannedChunker):
             drafts.append(Draft([(group.pieces[0].start, group.pieces[-1].end)], self.name, start, prefix=repeated))
         return drafts
 
-    def _repeated_header(self, view: DocumentView, header: tuple[Range, Range], end: int) -> str:
-        """The header to put on top of every part after the first; "" when it is too long to repeat."""
-        repeated = compact_header(view, header)
-        if self.counter.count(repeated) <= self.config.chunk_size // 2:
-            return repeated
-        minimal = compact_header(view, header, minimal=True)
-        rows = sorted(view.count(a, b) for a, b in line_ranges(view.text, header[1][1], end))
-        typical = rows[len(rows) // 2] if rows else 0  # a longer row (a footnote) is cut under the header
-        return minimal if self.counter.count(minimal) + typical < self.config.max_tokens else ""
-
     def _first_rows(self, rows: list[Piece], header_tokens: int) -> int:
         """How many rows go into the first part, under the table's own header."""
-        budget, total, count = self._limits(header_tokens), 0, 0
+        total, count = 0, 0
+        budget = Limits(self.config.chunk_size - header_tokens, self.config.max_tokens - header_tokens)
         for row in rows:
             if count and total + row.tokens > budget.size:
                 break
@@ -115,3 +198,46 @@ class TableChunker(PlannedChunker):
                 break
             total, count = total + row.tokens, count + 1
         return count
+
+    def _plan_wide(self, view: DocumentView, header: Header, end: int) -> list[Draft]:
+        """Case 3: the header rows, then every row in pieces of columns under their own header."""
+        start = header[0][0]
+        drafts = [Draft([w], self.name, start) for w in view.tokens.windows(*header[0], self.config.chunk_size)]
+        headers = ColumnHeaders(view, header, self.counter)
+        for row in line_ranges(view.text, header[1][1], end):
+            drafts += self._wide_row(view, row, headers, start)
+        return drafts
+
+    def _wide_row(self, view: DocumentView, row: Range, headers: ColumnHeaders, anchor: int) -> list[Draft]:
+        """A row cut between cells: each piece as many columns as fit in chunk_size with their header."""
+        spans = cell_spans(view.text, *row)
+        drafts: list[Draft] = []
+        first = 0
+        while first < len(spans):
+            last, names = first + 1, headers.base + headers.cost(first)
+            while last < len(spans):
+                wider = names + headers.cost(last)
+                if wider + view.count(spans[first][0], spans[last][1]) > self.config.chunk_size:
+                    break
+                last, names = last + 1, wider
+            piece = (spans[first][0], spans[last - 1][1])
+            drafts += self._wide_piece(view, piece, headers.text(first, last), anchor)
+            first = last
+        return drafts
+
+    def _wide_piece(self, view: DocumentView, span: Range, prefix: str, anchor: int) -> list[Draft]:
+        """Drafts of one piece of a row under `prefix`, its columns' header (cut to half of
+        max_tokens when longer and the piece does not fit under it); a piece too long for one
+        chunk is cut by tokens."""
+        if _NO_CELL_TEXT.fullmatch(view.text, *span):
+            return []
+        half, head = self.config.max_tokens // 2, self.counter.count(prefix)
+        if head > half and head + view.count(*span) > self.config.max_tokens:  # the names only, cut by tokens
+            prefix = prefix.rsplit("\n", 1)[0]
+            spans = self.counter.spans(prefix)
+            prefix = prefix[: spans[half][0]].rstrip() if len(spans) > half else prefix
+        limits = self._row_limits(self.counter.count(prefix))
+        return [
+            Draft([(p.start, p.end)], self.name, anchor, prefix=prefix)
+            for p in split_range(view, span, (), limits, atomic=True)
+        ]

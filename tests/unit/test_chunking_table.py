@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 from ingest_service.chunking import ChunkingConfig, TableChunker
 from ragrpc.models import Block, BlockKind, ExtractedDocument
 from ragrpc.tokens import WordTokenCounter
@@ -98,3 +101,77 @@ def test_a_wide_table_repeats_its_long_header_with_one_dash_separators() -> None
     for row in rows:  # every row intact, under its header, in exactly one chunk
         holding = [c for c in chunks if row in c.text.split("\n")]
         assert len(holding) == 1 and holding[0].text.startswith(header_row + "\n")
+
+
+def _statement(columns: int, header_words: int, rows: int = 40) -> tuple[str, list[str], str]:
+    """A financial statement as a PDF extractor renders it: a long header, short numeric rows
+    with empty cells, and a long footnote row."""
+    names = [" ".join(f"h{c}w{k}" for k in range(header_words)) for c in range(columns)]
+    header = "| " + " | ".join(names) + " |\n| " + " | ".join("---" for _ in names) + " |"
+    body = [
+        "| "
+        + " | ".join(f"Line {r}" if c == 0 else "" if c % 2 else f"{r * 1000 + c:,}" for c in range(columns))
+        + " |"
+        for r in range(rows)
+    ]
+    footnote = "| (1) " + " ".join(f"note{k}" for k in range(80)) + " |" + " |" * (columns - 1)
+    return header, [*body, footnote], "\n".join([header, *body, footnote])
+
+
+def test_a_header_longer_than_the_chunk_size_does_not_crash_the_row_windows() -> None:
+    """The 10-Q crash: the repeated header (205 tokens) left chunk_size - 205 < 0 tokens for
+    rows, and cutting the long footnote row into windows of that size ran off the token list."""
+    header, rows, text = _statement(columns=7, header_words=26)
+    block = Block(BlockKind.TABLE, text, 1, table_header=header)
+    document = ExtractedDocument("application/pdf", [block, Block(BlockKind.PARAGRAPH, "Notes follow. " * 40, 2)])
+    config = ChunkingConfig()
+    assert COUNTER.count(compact_header_of(header, minimal=True)) > config.chunk_size
+    chunks = TableChunker(COUNTER, config).chunk(document)
+    header_row = header.split("\n")[0]
+    table_chunks = [c for c in chunks if "|" in c.text]
+    assert all(c.text.startswith(header_row + "\n|") for c in table_chunks)
+    assert all(COUNTER.count(c.text) <= config.max_tokens for c in chunks)
+    assert not missing_words(document, chunks)
+    for row in rows[:-1]:
+        assert any(row in c.text.split("\n") for c in table_chunks)
+
+
+def compact_header_of(header: str, minimal: bool = False) -> str:
+    row, separator = header.split("\n")
+    return f"{row}\n|" + ("-|" if minimal else "---|") * separator.count("---")
+
+
+def test_a_table_of_300_columns_is_cut_between_cells_each_piece_under_its_own_columns() -> None:
+    names = [f"Col{c} Name" for c in range(300)]
+    header = "| " + " | ".join(names) + " |\n|" + "---|" * 300
+    rows = ["| " + " | ".join(f"r{r}c{c}" for c in range(300)) + " |" for r in range(5)]
+    block = Block(BlockKind.TABLE, "\n".join([header, *rows]), 2, ("Data",), table_header=header)
+    document = ExtractedDocument("text/markdown", [block])
+    config = ChunkingConfig()
+    chunks = TableChunker(COUNTER, config).chunk(document)
+    assert chunks[0].text.startswith("| Col0 Name | Col1 Name |")  # the header rows come first
+    pieces = [c for c in chunks if "r0c0" in c.text or "\n|-|" in c.text]
+    assert len(pieces) > 5
+    for c in pieces:
+        head, separator, *body = c.text.split("\n")
+        columns = [int(n) for n in re.findall(r"Col(\d+) Name", head)]
+        assert columns == list(range(columns[0], columns[-1] + 1))
+        assert separator == "|" + "-|" * len(columns)
+        assert [re.findall(r"r\d+c(\d+)", line) for line in body] == [[str(k) for k in columns]]
+    assert all(COUNTER.count(c.text) <= config.max_tokens for c in chunks)
+    assert all((c.page_start, c.section_path) == (2, ("Data",)) for c in chunks)
+    assert not missing_words(document, chunks) - Counter({"-": 900})  # the separator row is not repeated
+
+
+def test_a_two_row_header_is_repeated_whole() -> None:
+    """A multi-level header (periods over years) is two rows above the separator."""
+    header = (
+        "| | Three Months Ended | | Nine Months Ended | |\n| Item | 2024 | 2023 | 2024 | 2023 |\n|---|---|---|---|---|"
+    )
+    rows = [f"| Line {k} | {k}1 | {k}2 | {k}3 | {k}4 |" for k in range(120)]
+    block = Block(BlockKind.TABLE, "\n".join([header, *rows]), 1)  # no table_header: found by the separator
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("application/pdf", [block]))
+    assert len(chunks) > 2
+    assert chunks[0].text.startswith(header + "\n")
+    assert all(c.text.startswith(header + "\n") for c in chunks[1:])
+    assert [line for c in chunks for line in c.text.split("\n")[3:]] == rows
