@@ -37,7 +37,8 @@ class _Entry:
 
 
 def _merge(dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> dict[str, _Entry]:
-    """chunk_id -> its (1-based) rank and score in each list; the dense hit's chunk wins."""
+    """chunk_id -> its (1-based) rank and score in each list; the dense hit's chunk wins unless only
+    its hit fields were read and the sparse hit's row is complete."""
     entries: dict[str, _Entry] = {}
     for rank, hit in enumerate(dense, 1):
         entry = entries.setdefault(hit.chunk.chunk_id, _Entry(hit))
@@ -47,6 +48,8 @@ def _merge(dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> dict[
         entry = entries.setdefault(hit.chunk.chunk_id, _Entry(hit))
         if entry.sparse_rank is None:
             entry.sparse_rank, entry.sparse = rank, hit.score
+        if hit.complete and not entry.hit.complete:
+            entry.hit = hit
     return entries
 
 
@@ -61,6 +64,7 @@ def _ranked(entries: dict[str, _Entry], fused: dict[str, float]) -> list[ScoredC
                 sparse=entries[chunk_id].sparse,
                 fused=fused[chunk_id],
             ),
+            complete=entries[chunk_id].hit.complete,
         )
         for chunk_id in order
     ]

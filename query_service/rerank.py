@@ -98,4 +98,4 @@ class CrossEncoderReranker:
 
 
 def _with_rerank_score(hit: ScoredChunk, score: float) -> ScoredChunk:
-    return ScoredChunk(chunk=hit.chunk, score=score, scores=dataclasses.replace(hit.scores, rerank=score))
+    return dataclasses.replace(hit, score=score, scores=dataclasses.replace(hit.scores, rerank=score))

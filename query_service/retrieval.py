@@ -9,6 +9,7 @@ embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -23,9 +24,8 @@ from query_service.rerank import Reranker
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
 from ragrpc import errors
 from ragrpc.embeddings import Embedder
-from ragrpc.models import ScoredChunk, document_key
+from ragrpc.models import ChunkRecord, ScoredChunk, document_key
 from ragrpc.store import filters as f
-from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
 
@@ -45,6 +45,11 @@ class SparseRetriever(Protocol):
 class Visibility(Protocol):
     """Which generation of each document is visible (current, not being deleted)."""
 
+    @property
+    def ready(self) -> bool:
+        """False while the start-up load runs: queries are refused (UNAVAILABLE) until then."""
+        ...
+
     def generations(self, keys: Iterable[str]) -> dict[str, str]: ...
 
 
@@ -53,6 +58,10 @@ class RegistryVisibility:
 
     def __init__(self, registry: DocumentRegistry) -> None:
         self._registry = registry
+
+    @property
+    def ready(self) -> bool:
+        return True
 
     def generations(self, keys: Iterable[str]) -> dict[str, str]:
         records = self._registry.get_many(list(keys))
@@ -67,6 +76,10 @@ class FollowedVisibility:
     def __init__(self, followed: Visibility, registry: DocumentRegistry) -> None:
         self._followed = followed
         self._registry = RegistryVisibility(registry)
+
+    @property
+    def ready(self) -> bool:
+        return self._followed.ready
 
     def generations(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(keys)
@@ -103,6 +116,12 @@ class RetrievalPipeline:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def retrieve(self, query: RetrievalQuery) -> RetrievalResult:
+        if not self._visibility.ready:
+            raise errors.UnavailableError(
+                "the query service is still loading its index of the collection; retry shortly",
+                retry_after_s=5.0,
+                reason="INDEX_LOADING",
+            )
         timer = StageTimer()
         started = self._clock()
         expr = f.filter_from_request(
@@ -130,6 +149,9 @@ class RetrievalPipeline:
         if query.min_score is not None:
             fused = [h for h in fused if h.score >= query.min_score]
         hits = fused[: query.top_k]
+        if any(not h.complete for h in hits):
+            with timer.stage("fetch_rows"):
+                hits = await self._complete(hits)
         if query.include_parent and hits:
             with timer.stage("parents"):
                 await self._attach_parents(hits)
@@ -153,8 +175,8 @@ class RetrievalPipeline:
                 return []
             with timer.stage("embed_query"):
                 vector = await self._run(self._embedder.embed_query, query.text)
-            with timer.stage("dense_search"):
-                return await self._run(self._chunks.search_dense, vector, expr, query.candidates)
+            with timer.stage("dense_search"):  # ids and visibility fields only: rows are read for the final hits
+                return await self._run(self._chunks.search_dense, vector, expr, query.candidates, False)
 
         async def sparse() -> list[ScoredChunk]:
             if query.mode == "dense" or self._sparse is None:
@@ -202,16 +224,35 @@ class RetrievalPipeline:
         if not hits:
             return hits, kind, False, "no candidates"
         with timer.stage("rerank"):
-            head = hits[: self._rerank_top_n]
+            head = await self._complete(hits[: self._rerank_top_n])  # the reranker reads the texts
             reranked = await self._run(self._reranker.rerank, query.text, head, len(head))
         return list(reranked) + hits[len(head) :], "rerank", True, ""
 
+    async def _complete(self, hits: list[ScoredChunk]) -> list[ScoredChunk]:
+        """The hits with their stored rows: one read by primary key for those that have only their hit
+        fields (a hit whose row vanished meanwhile, a document deleted in between, is dropped)."""
+        missing = [h.chunk for h in hits if not h.complete]
+        if not missing:
+            return hits
+        rows = await self._rows_of(missing, with_vectors=False)
+        completed = []
+        for hit in hits:
+            if hit.complete:
+                completed.append(hit)
+            elif hit.chunk.chunk_id in rows:
+                completed.append(dataclasses.replace(hit, chunk=rows[hit.chunk.chunk_id], complete=True))
+        return completed
+
+    async def _rows_of(self, chunks: list[ChunkRecord], *, with_vectors: bool) -> dict[str, ChunkRecord]:
+        """Stored rows by chunk id, read by key; a row of another tenant than its hit's is never returned."""
+        tenants = {c.chunk_id: c.tenant for c in chunks}
+        stored = await self._run(self._chunks.get_chunks, list(tenants), with_vectors)
+        return {c.chunk_id: c for c in stored if tenants.get(c.chunk_id) == c.tenant}
+
     async def _diversify(self, query: RetrievalQuery, hits: list[ScoredChunk]) -> list[ScoredChunk]:
         pool = hits[: max(query.top_k * 4, 20)]
-        ids = [h.chunk.chunk_id for h in pool]
-        expr = f.and_(f.eq(s.TENANT, query.tenant), f.in_(s.CHUNK_ID, ids))
-        stored = await self._run(self._chunks.query_chunks, expr, len(ids), True)
-        vectors = {c.chunk_id: c.vector for c in stored}
+        stored = await self._rows_of([h.chunk for h in pool], with_vectors=True)
+        vectors = {chunk_id: c.vector for chunk_id, c in stored.items()}
         usable = [h for h in pool if vectors.get(h.chunk.chunk_id)]
         if len(usable) < 2:
             return hits
@@ -221,15 +262,11 @@ class RetrievalPipeline:
         return list(chosen)
 
     async def _attach_parents(self, hits: list[ScoredChunk]) -> None:
-        by_tenant: dict[str, set[str]] = {}
-        for hit in hits:
-            if hit.chunk.parent_id:
-                by_tenant.setdefault(hit.chunk.tenant, set()).add(hit.chunk.parent_id)
-        texts: dict[str, str] = {}
-        for tenant, parent_ids in by_tenant.items():
-            expr = f.and_(f.eq(s.TENANT, tenant), f.in_(s.CHUNK_ID, sorted(parent_ids)))
-            for parent in await self._run(self._chunks.query_chunks, expr, len(parent_ids), False):
-                texts[parent.chunk_id] = parent.text
+        wanted = {h.chunk.parent_id: h.chunk for h in hits if h.chunk.parent_id}
+        if not wanted:
+            return
+        stored = await self._run(self._chunks.get_chunks, list(wanted), False)
+        texts = {c.chunk_id: c.text for c in stored if c.tenant == wanted[c.chunk_id].tenant}
         for hit in hits:
             if hit.chunk.parent_id in texts:
                 hit.chunk.parent_text = texts[hit.chunk.parent_id]

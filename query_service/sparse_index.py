@@ -244,25 +244,32 @@ class _Scope:
         return floor if value < 0 else value
 
     def scores(self, query_terms: Counter[str], params: Bm25Parameters) -> tuple[np.ndarray, np.ndarray]:
-        """(candidate slots, their scores): live slots containing at least one query term."""
-        slot_count = self.alive.size
-        scores = np.zeros(slot_count, dtype=np.float64)
-        touched = np.zeros(slot_count, dtype=np.bool_)
+        """(candidate slots, their scores): live slots containing at least one query term.
+
+        The work is that of the query terms' postings only (their slots are gathered and summed per
+        slot), never an array over the whole scope, so a query costs the same in a small or a huge
+        collection apart from how common its terms are."""
         floor = params.epsilon * self.mean_idf()
         avg_len = self.live_length / self.live_chunks
         lengths = self.doc_len.data
+        slot_parts: list[np.ndarray] = []
+        score_parts: list[np.ndarray] = []
         for term, query_tf in query_terms.items():
             posting = self.postings.get(term)
             if posting is None or not self.df.get(term):
                 continue
-            pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2).copy()
+            pairs = np.frombuffer(posting, dtype=np.int32).reshape(-1, 2)
             slots, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
             norm = params.k1 * (1 - params.b + params.b * lengths[slots] / avg_len)
             weight = query_tf * self.idf(term, floor)
-            scores[slots] += weight * (tf * (params.k1 + 1) / (tf + norm))
-            touched[slots] = True
-        candidates = np.flatnonzero(touched & self.alive.data[:slot_count])
-        return candidates, scores[candidates]
+            slot_parts.append(slots)
+            score_parts.append(weight * (tf * (params.k1 + 1) / (tf + norm)))
+        if not slot_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        candidates, where = np.unique(np.concatenate(slot_parts), return_inverse=True)
+        scores = np.bincount(where, weights=np.concatenate(score_parts), minlength=len(candidates))
+        alive = self.alive.data[candidates]
+        return candidates[alive].astype(np.int64), scores[alive]
 
 
 class InProcessBm25Index:

@@ -139,6 +139,7 @@ class ScoredChunk:
     chunk: ChunkRecord
     score: float
     scores: StageScores = field(default_factory=StageScores)
+    complete: bool = True  # False: only the hit fields were read (schema.HIT_FIELDS; no text yet)
 
 
 class DocumentState(enum.IntEnum):

@@ -37,13 +37,19 @@ class ChunkStore(Protocol):
         whose size the caller knows, such as chunks by id."""
         ...
 
+    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
+        """The chunks with these ids that exist, read by primary key (any tenant: callers check it)."""
+        ...
+
     def scan_chunks(
         self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
     ) -> Iterator[list[ChunkRecord]]:
         """Every matching chunk, in pages (the store's page size unless batch_size), in chunk-id order."""
         ...
 
-    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
+    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:
+        """Top `limit` by cosine; rows=False reads only schema.HIT_FIELDS (hits with complete=False)."""
+        ...
 
     def search_bm25(self, query: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]: ...
 

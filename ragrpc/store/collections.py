@@ -21,6 +21,14 @@ from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
 
 logger = logging.getLogger(__name__)
 
+# Session consistency: a client sees its own writes at once (the ingest service, the one writer,
+# reads what it wrote), and other clients read without waiting for the server's time tick. Under
+# "Strong" every search and query on a Milvus server waited for it: 200 ms per call on Milvus
+# 2.3.5 standalone (measured: HNSW top-100 at 20k rows 200 ms Strong, 5.7 ms Session). The query
+# service follows the registry anyway, so a read that is a tick behind is caught by its next poll.
+# milvus-lite behaves the same under either. Collections created before keep their own level.
+CONSISTENCY = "Session"
+
 
 @dataclass(frozen=True)
 class IndexConfig:
@@ -164,7 +172,9 @@ class CollectionSetup:
         schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
         index = client.prepare_index_params()
         index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
-        client.create_collection(self._names.documents, schema=schema, index_params=index, consistency_level="Strong")
+        client.create_collection(
+            self._names.documents, schema=schema, index_params=index, consistency_level=CONSISTENCY
+        )
         logger.info("created collection %s", self._names.documents)
 
     def _create_jobs(self, client: Any) -> None:
@@ -178,7 +188,7 @@ class CollectionSetup:
         schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
         index = client.prepare_index_params()
         index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
-        client.create_collection(self._names.jobs, schema=schema, index_params=index, consistency_level="Strong")
+        client.create_collection(self._names.jobs, schema=schema, index_params=index, consistency_level=CONSISTENCY)
 
     def _create_chunks(self, client: Any, dimension: int) -> None:
         try:
@@ -237,7 +247,7 @@ class CollectionSetup:
                 )
             )
             index.add_index(s.SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        client.create_collection(self._names.chunks, schema=schema, index_params=index, consistency_level="Strong")
+        client.create_collection(self._names.chunks, schema=schema, index_params=index, consistency_level=CONSISTENCY)
         logger.info(
             "created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension, self._index.index_type, bm25
         )

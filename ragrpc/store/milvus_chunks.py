@@ -48,6 +48,23 @@ def chunk_to_row(chunk: ChunkRecord) -> dict[str, Any]:
     }
 
 
+def hit_to_chunk(row: dict[str, Any]) -> ChunkRecord:
+    """A chunk of which only schema.HIT_FIELDS were read."""
+    entity = row.get("entity", row)
+    return ChunkRecord(
+        chunk_id=entity[s.CHUNK_ID],
+        document_id=entity[s.DOCUMENT_ID],
+        tenant=entity[s.TENANT],
+        collection=entity[s.COLLECTION],
+        generation=entity[s.GENERATION],
+        text="",
+        vector=[],
+        chunk_index=int(entity[s.CHUNK_INDEX]),
+        chunker=entity[s.CHUNKER],
+        kind=ChunkKind(int(entity[s.KIND])),
+    )
+
+
 def row_to_chunk(row: dict[str, Any]) -> ChunkRecord:
     entity = row.get("entity", row)
     section = entity.get(s.SECTION_PATH) or ""
@@ -141,6 +158,16 @@ class MilvusChunkStore:
         )
         return [row_to_chunk(r) for r in rows]
 
+    @translate_errors
+    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
+        """The chunks with these ids that exist, read by primary key (a key lookup, where a filter on
+        another field scans the collection: 5 vs 272 ms for 10 rows of 100k on milvus-lite)."""
+        if not chunk_ids:
+            return []
+        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        rows = self._conn.get_rows(self._names.chunks, list(chunk_ids), fields, s.CHUNK_ID)
+        return [row_to_chunk(r) for r in rows]
+
     def scan_chunks(
         self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
     ) -> Iterator[list[ChunkRecord]]:
@@ -157,7 +184,10 @@ class MilvusChunkStore:
             yield [row_to_chunk(r) for r in rows]
 
     @translate_errors
-    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+    def search_dense(
+        self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True
+    ) -> list[ScoredChunk]:
+        """Top `limit` by cosine; with rows=False only the hit fields are read (complete=False hits)."""
         params = self._index.search_params(limit)
         result = self._conn.call(
             lambda c: c.search(
@@ -166,14 +196,15 @@ class MilvusChunkStore:
                 anns_field=s.DENSE,
                 filter=expr.render(),
                 limit=limit,
-                output_fields=list(s.CHUNK_OUTPUT_FIELDS),
+                output_fields=list(s.CHUNK_OUTPUT_FIELDS if rows else s.HIT_FIELDS),
                 search_params=params,
             )
         )
+        convert = row_to_chunk if rows else hit_to_chunk
         hits: list[ScoredChunk] = []
         for hit in result[0] if result else []:
             score = float(hit["distance"])
-            hits.append(ScoredChunk(chunk=row_to_chunk(hit), score=score, scores=StageScores(dense=score)))
+            hits.append(ScoredChunk(convert(hit), score, StageScores(dense=score), complete=rows))
         return hits
 
     @translate_errors

@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ragrpc import errors
+from ragrpc.store import schema as s
 from ragrpc.store.milvus_connection import MilvusConnection, translate_exception
 
 MAX_QUERY_WINDOW = 16384  # Milvus: offset + limit of one query
 DEFAULT_PAGE_SIZE = 8192
+PRIMARY_KEYS = (s.CHUNK_ID, s.DOC_KEY, s.JOB_ID)
 
 
 def checked_page_size(page_size: int) -> int:
@@ -49,11 +51,35 @@ def scan_rows(
     operation: str,
 ) -> Iterator[list[dict[str, Any]]]:
     """Every row of `collection` matching `expr`, in pages of at most page_size rows, in
-    primary-key order. Store failures raise the translated ragrpc error."""
+    primary-key order. Store failures raise the translated ragrpc error.
+
+    One plain query of page_size rows comes first: when it returns fewer, it holds every match (the
+    common case of a follower's poll, one call); otherwise the scan starts over as an iterator."""
+    size = checked_page_size(page_size)
+    try:
+        probe = conn.call(lambda c: c.query(collection, filter=expr, output_fields=output_fields, limit=size))
+    except Exception as exc:  # noqa: BLE001 - the store boundary
+        raise translate_exception(exc, operation) from exc
+    if len(probe) < size:
+        if probe:
+            key = primary_key(probe[0])
+            yield sorted(probe, key=lambda row: row[key]) if key else list(probe)
+        return
+    yield from _iterate(conn, collection, expr, output_fields, size, operation)
+
+
+def primary_key(row: dict[str, Any]) -> str:
+    """The primary-key field of a row of one of ragrpc's collections (pymilvus always returns it)."""
+    return next((name for name in PRIMARY_KEYS if name in row), "")
+
+
+def _iterate(
+    conn: MilvusConnection, collection: str, expr: str, output_fields: list[str], page_size: int, operation: str
+) -> Iterator[list[dict[str, Any]]]:
     try:
         iterator = conn.call(
             lambda c: c.query_iterator(
-                collection, batch_size=checked_page_size(page_size), filter=expr, output_fields=output_fields
+                collection, batch_size=page_size, filter=expr, output_fields=output_fields
             )
         )
     except Exception as exc:  # noqa: BLE001 - the store boundary

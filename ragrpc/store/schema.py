@@ -87,6 +87,10 @@ CHUNK_OUTPUT_FIELDS = [
     METADATA,
 ]
 
+# What a search reads of each candidate (identity and visibility); the rows of the hits that
+# survive fusion are read afterwards, by id.
+HIT_FIELDS = [CHUNK_ID, TENANT, COLLECTION, DOCUMENT_ID, GENERATION, CHUNK_INDEX, CHUNKER, KIND]
+
 # --- document registry fields ------------------------------------------------------
 DOC_KEY = "doc_key"  # VARCHAR primary key: "<tenant>/<document_id>"
 STATE = "state"  # INT8 (DocumentState)

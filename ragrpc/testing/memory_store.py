@@ -26,7 +26,7 @@ from ragrpc.models import (
 from ragrpc.store import schema as s
 from ragrpc.store.base import DocumentRegistry
 from ragrpc.store.filters import FilterBuilder, FilterExpr
-from ragrpc.store.milvus_chunks import chunk_to_row
+from ragrpc.store.milvus_chunks import chunk_to_row, hit_to_chunk
 from ragrpc.store.milvus_registry import record_to_row
 from ragrpc.store.paging import DEFAULT_PAGE_SIZE, MAX_QUERY_WINDOW, checked_limit, checked_page_size
 
@@ -101,6 +101,11 @@ class InMemoryChunkStore:
         found = [copy.deepcopy(c) for c in self._matching(expr)[: checked_limit(limit, "query_chunks")]]
         return found if with_vectors else [_without_vector(c) for c in found]
 
+    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
+        with self._lock:
+            found = [copy.deepcopy(self._rows[i]) for i in dict.fromkeys(chunk_ids) if i in self._rows]
+        return found if with_vectors else [_without_vector(c) for c in found]
+
     def scan_chunks(
         self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
     ) -> Iterator[list[ChunkRecord]]:
@@ -109,7 +114,7 @@ class InMemoryChunkStore:
             copies = [copy.deepcopy(c) for c in page]
             yield copies if with_vectors else [_without_vector(c) for c in copies]
 
-    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int) -> list[ScoredChunk]:
+    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:
         candidates = self._matching(expr)
         if not candidates:
             return []
@@ -120,7 +125,10 @@ class InMemoryChunkStore:
         for i in order:
             chunk = copy.deepcopy(candidates[int(i)])
             chunk.vector = []
-            hits.append(ScoredChunk(chunk=chunk, score=float(scores[i]), scores=StageScores(dense=float(scores[i]))))
+            if not rows:
+                chunk = hit_to_chunk(chunk_to_row(chunk))
+            score = float(scores[i])
+            hits.append(ScoredChunk(chunk, score, StageScores(dense=score), complete=rows))
         return hits
 
     def search_bm25(self, query: str, expr: FilterExpr, limit: int) -> list[ScoredChunk]:

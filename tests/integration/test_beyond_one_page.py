@@ -64,7 +64,9 @@ async def _ingest_all(world: World) -> Any:
         spec = DocumentSpecInput(document_id=f"doc-{i:02d}", file_name=f"doc-{i:02d}.txt")
         outcome = await ingest.pipeline.ingest(IngestItem("t1", spec, text.encode()))
         assert outcome.record.state == DocumentState.ACTIVE
-    spec = DocumentSpecInput(document_id="manual", file_name="manual.txt", tags=["v1"], chunking_strategy="fixed_tokens")
+    spec = DocumentSpecInput(
+        document_id="manual", file_name="manual.txt", tags=["v1"], chunking_strategy="fixed_tokens"
+    )
     await ingest.pipeline.ingest(IngestItem("t1", spec, LONG_TEXT.encode()))
     return ingest
 
@@ -134,5 +136,6 @@ async def test_recovery_rolls_back_more_interrupted_attempts_than_a_page(world: 
     records = all_records(world.registry)
     assert {r.state for r in records} == {DocumentState.ACTIVE} and not any(r.pending_generation for r in records)
     for document_id in interrupted:
-        assert [c.generation for c in _chunks_of(world, document_id)] == [world.registry.get("t1", document_id).generation]
+        current = world.registry.get("t1", document_id).generation
+        assert [c.generation for c in _chunks_of(world, document_id)] == [current]
     ingest.shutdown()

@@ -76,7 +76,8 @@ def test_scans_page_through_every_chunk_in_key_order(stores: Stores) -> None:
     assert ids == sorted(c.chunk_id for c in chunks)
     assert len(pages) == 6 and all(len(page) <= PAGE for page in pages)
     assert all(c.vector == [] for page in pages for c in page)
-    with_vectors = [c for page in stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big"), with_vectors=True) for c in page]
+    scanned = stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big"), with_vectors=True)
+    with_vectors = [c for page in scanned for c in page]
     assert len(with_vectors) == len(chunks) and np.allclose(with_vectors[0].vector, chunks[0].vector, atol=1e-6)
     assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "big")) == len(chunks)
 
@@ -138,3 +139,14 @@ def test_deletes_are_journalled_for_followers(stores: Stores) -> None:
     stores.registry.purge_deletions(older_than=2**40)
     assert [key for page in stores.registry.deleted_since(0) for key in page] == []
     assert all_keys(stores.registry, REGISTRY.eq(s.TENANT, "t1")) == ["t1/a", "t1/c"]
+
+
+def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:
+    chunks = [_chunk(i) for i in range(PAGE + 2)]
+    stores.chunks.insert_chunks(chunks)
+    wanted = [chunks[0].chunk_id, "no-such-chunk", chunks[-1].chunk_id]
+    found = {c.chunk_id: c for c in stores.chunks.get_chunks(wanted)}
+    assert set(found) == {chunks[0].chunk_id, chunks[-1].chunk_id} and found[chunks[0].chunk_id].vector == []
+    with_vectors = stores.chunks.get_chunks([chunks[1].chunk_id], with_vectors=True)
+    assert np.allclose(with_vectors[0].vector, chunks[1].vector, atol=1e-6) and with_vectors[0].text == chunks[1].text
+    assert stores.chunks.get_chunks([]) == []
