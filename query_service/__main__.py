@@ -35,11 +35,11 @@ async def main() -> None:
     )
     reranker = await asyncio.to_thread(build_reranker, settings)
     components = build_components(
-        settings, embedder, stores.chunks, stores.registry, reranker=reranker, metrics=metrics
+        settings, embedder, stores.chunks, stores.registry, reranker=reranker, metrics=metrics, load=False
     )
     running = await start_query_server(settings, components, metrics=metrics)
     logger.info(
-        "query service ready on %s:%d (store %s, sparse %s, reranker %s)",
+        "query service listening on %s:%d (store %s, sparse %s, reranker %s); SERVING once its index is loaded",
         settings.host,
         running.port,
         settings.milvus_uri,

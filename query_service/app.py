@@ -97,12 +97,16 @@ def build_components(
     reranker: Reranker | None = None,
     use_configured_sparse: bool = True,
     metrics: Metrics | None = None,
+    load: bool = True,
 ) -> QueryComponents:
+    """The query service's components; with load=False the registry follower (and the BM25 index)
+    load later, in start_query_server, while the server answers health checks as NOT_SERVING."""
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
     follower = RegistryFollower(registry, reconcile_interval_s=settings.registry_reconcile_interval_s)
     if sparse is None and use_configured_sparse:
         sparse = build_sparse(settings, chunks, follower)
-    load_follower(follower)
+    if load:
+        load_follower(follower)
     retrieval = RetrievalPipeline(
         embedder=embedder,
         chunks=chunks,
@@ -150,12 +154,34 @@ async def start_query_server(
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: retrieve_pb2_grpc.add_RetrieveServiceServicer_to_server(servicer, server)
     )
+    loaded = components.follower.loaded
     running = await host_service(
         settings,
         registration,
         address=address or f"{settings.host}:{settings.query_port}",
         call_timeout_s=settings.query_call_timeout_s,
         extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
+        serving=loaded,
     )
-    running.background_tasks += components.start_background()
+    if loaded:
+        running.background_tasks += components.start_background()
+    else:
+        running.background_tasks.append(asyncio.create_task(_load_then_serve(components, running), name="load"))
     return running
+
+
+async def _load_then_serve(components: QueryComponents, running: RunningServer) -> None:
+    """Loads the complete index while health says NOT_SERVING (and Retrieve/Ask answer UNAVAILABLE),
+    then reports SERVING and starts following the registry. A failed load is retried with backoff."""
+    delay = 1.0
+    while True:
+        try:
+            await asyncio.to_thread(load_follower, components.follower)
+            break
+        except Exception:  # noqa: BLE001 - the store may not be ready yet; health stays NOT_SERVING
+            logger.exception("loading the registry and index failed; retrying in %.0fs", delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    await running.set_serving()
+    running.background_tasks += components.start_background()
+    logger.info("query service SERVING")

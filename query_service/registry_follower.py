@@ -119,6 +119,10 @@ class RegistryFollower:
         return {key: view.generation for key in keys if (view := visible.get(key)) is not None}
 
     @property
+    def ready(self) -> bool:
+        return self.loaded
+
+    @property
     def document_count(self) -> int:
         return len(self._visible)
 

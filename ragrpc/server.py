@@ -129,9 +129,11 @@ async def host_service(
     address: str,
     call_timeout_s: float,
     extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    serving: bool = True,
 ) -> RunningServer:
     """Starts one ragrpc service with the house defaults: TLS/plaintext rule, tenant resolution
-    (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING."""
+    (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING (with
+    serving=False it stays NOT_SERVING until the caller's `set_serving()`)."""
     from ragrpc.deadlines import DeadlineInterceptor
     from ragrpc.request_context import RequestContextInterceptor
     from ragrpc.security import server_credentials, tenant_resolver
@@ -148,7 +150,8 @@ async def host_service(
         credentials=server_credentials(settings),
         max_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    await running.set_serving()
+    if serving:
+        await running.set_serving()
     return running
 
 
