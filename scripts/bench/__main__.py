@@ -1,4 +1,4 @@
-"""python -m scripts.bench [--quick] [--sections ingest,embed,query,wal,concurrency,peers] [--json PATH]
+"""python -m scripts.bench [--quick] [--sections ingest,...,startup,scale] [--scale-sizes 10000,1000000] [--json P]
 
 Runs the chosen sections in order (a failing section is reported and the others still
 run), prints one table per section and writes all numbers as JSON (default
@@ -22,7 +22,7 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult
 
-SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers")
+SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale")
 
 
 def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> SectionResult:
@@ -51,6 +51,14 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import peers
 
         runner = lambda: peers.run(config, context)  # noqa: E731
+    elif name == "startup":
+        from scripts.bench import startup
+
+        runner = lambda: startup.run(config, config.query_sizes_override)  # noqa: E731
+    elif name == "scale":
+        from scripts.bench import scale
+
+        runner = lambda: scale.run(config, context.get("scale_sizes", ()), context.get("scale_backends", ()))  # noqa: E731
     else:
         raise ValueError(f"unknown section {name!r}; use {', '.join(SECTIONS)}")
     started = time.perf_counter()
@@ -81,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query-sizes", default="", help="collection sizes of the query section, e.g. 10000")
     parser.add_argument("--ingest-docs", type=int, default=0, help="SciFact documents the ingest section sends")
     parser.add_argument("--peer-docs", type=int, default=0, help="SciFact subset for peers (0: whole corpus)")
+    parser.add_argument("--scale-sizes", default="", help="scale section sizes (default 10000,100000)")
+    parser.add_argument("--scale-backends", default="", help="milvus-lite and/or milvus-2.3.5 (default both)")
     parser.add_argument("--ndcg-docs", type=int, default=0, help="SciFact subset for embed nDCG (0: whole corpus)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sections.split(",") if n.strip()]
@@ -99,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         ndcg_docs_override=args.ndcg_docs,
     )
     facts = report.machine_facts()
-    context: dict[str, Any] = {}
+    context: dict[str, Any] = {
+        "scale_sizes": tuple(int(x) for x in args.scale_sizes.split(",") if x.strip()),
+        "scale_backends": tuple(x.strip() for x in args.scale_backends.split(",") if x.strip()),
+    }
     results: list[SectionResult] = []
     for name in names:
         print(f"[bench] {name}{' (quick)' if args.quick else ''} ...", file=sys.stderr, flush=True)

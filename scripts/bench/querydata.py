@@ -54,8 +54,8 @@ def _shared_document_sentences() -> list[list[str]]:
     return out
 
 
-def text_pool(limit: int, seed: int = 7) -> list[str]:
-    """`limit` distinct texts in a fixed order; any shorter prefix is itself a valid pool."""
+def text_pool(limit: int | None, seed: int = 7) -> list[str]:
+    """`limit` distinct texts in a fixed order (None: all of them); any shorter prefix is itself a valid pool."""
     dataset = load_scifact()
     sources = [_sentences(d.full_text) for d in dataset.corpus.values()] + _shared_document_sentences()
     seen: dict[str, None] = {}
@@ -66,6 +66,8 @@ def text_pool(limit: int, seed: int = 7) -> list[str]:
                 seen.setdefault(text, None)
     pool = list(seen)
     random.Random(seed).shuffle(pool)
+    if limit is None:
+        return pool
     if len(pool) < limit:
         raise RuntimeError(f"only {len(pool)} distinct texts available, {limit} asked")
     return pool[:limit]

@@ -16,15 +16,11 @@ its whole process group is killed at the end.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import os
-import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,108 +32,14 @@ from ragrpc import errors
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import ServiceProcess, check_invariants, free_port, print_table, service_env
 from tests.support import hostile_inputs as hi
+from tests.support.milvus235 import Milvus235, milvus_server_executable
 
-PORT_OPTIONS = (
-    "proxy_port",
-    "etcd_port",
-    "root_coord_port",
-    "proxy_internal_port",
-    "query_coord_port",
-    "query_node_port",
-    "index_coord_port",
-    "index_node_port",
-    "data_coord_port",
-    "data_node_port",
-)
 REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def _milvus_server_executable() -> tuple[str | None, str]:
-    try:
-        import milvus  # noqa: F401
-    except ImportError:
-        return None, (
-            "the `milvus` package (Milvus 2.3.5 server from PyPI) is not installed: "
-            "`.venv/bin/pip install milvus==2.3.5` to run the tests against a real Milvus server"
-        )
-    executable = Path(sys.executable).with_name("milvus-server")
-    if not executable.exists():
-        found = shutil.which("milvus-server")
-        if not found:
-            return None, "the `milvus` package is installed but its `milvus-server` entry point was not found"
-        executable = Path(found)
-    return str(executable), ""
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-class Milvus235:
-    def __init__(self, executable: str, root: Path) -> None:
-        self.executable = executable
-        self.root = root
-        self.ports = {name: free_port() for name in PORT_OPTIONS}
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log = root / "milvus-server.log"
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.ports['proxy_port']}"
-
-    def start(self, timeout_s: float = 240.0) -> float:
-        started = time.monotonic()
-        command = [self.executable, "--data", str(self.root / "data")]
-        for name, port in self.ports.items():
-            command += [f"--{name.replace('_', '-')}", str(port)]
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root
-            )
-        from ragrpc.store.milvus_connection import MilvusConnection
-
-        deadline = time.monotonic() + timeout_s
-        while not _port_open(self.ports["proxy_port"]):
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"milvus-server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError("milvus-server did not open its proxy port in time")
-            time.sleep(0.5)
-        connection = MilvusConnection(self.uri, timeout_s=30)
-        connection.wait_until_ready(max(10.0, deadline - time.monotonic()))
-        version = connection.call(lambda c: c.get_server_version())
-        connection.reset()
-        print(
-            f"\n[milvus 2.3.5] server version {version} on {self.uri} (pid {self.process.pid}), "
-            f"started in {time.monotonic() - started:.1f}s"
-        )
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # SIGTERM alone leaves `milvus run standalone` behind
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # the child, whatever the parent did
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(scope="module")
 def milvus235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Milvus235]:
-    executable, reason = _milvus_server_executable()
+    executable, reason = milvus_server_executable()
     if executable is None:
         print(f"\nSKIP test_milvus_235: {reason}")
         pytest.skip(reason)
@@ -181,6 +83,16 @@ QUOTED_SOURCE = 'C:\\notes\\birds "grey" heron\'s.md'  # backslashes, double and
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+async def _eventually(read: Callable[[], Awaitable[Any]], expected: Any, timeout_s: float = 10.0) -> Any:
+    """The first value of `read()` equal to `expected`, trying every 100 ms; the last value after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    value = await read()
+    while value != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        value = await read()
+    return value
+
+
 async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
     from ingest_service.app import build_components as build_ingest
     from ingest_service.app import start_ingest_server
@@ -297,24 +209,38 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
                 source=QUOTED_SOURCE,
                 tags=["birds"],
             )
-            texts = [
-                c.chunk.text
-                for c in (
-                    await _retrieve(
-                        query_stub, "herons", top_k=20, filter=retrieve_pb2.MetadataFilter(document_ids=["herons"])
-                    )
-                )[0]
-            ]
-            assert texts and all("heronries" not in t for t in texts) and any("voles" in t for t in texts), texts
-            generations = {c.generation for c in stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "herons"), 100)}
+
+            async def heron_texts() -> list[str]:
+                hits, _ = await _retrieve(
+                    query_stub, "herons", top_k=20, filter=retrieve_pb2.MetadataFilter(document_ids=["herons"])
+                )
+                return [c.chunk.text for c in hits]
+
+            async def new_version_shown() -> bool:
+                texts = await heron_texts()
+                return bool(texts) and all("heronries" not in t for t in texts) and any("voles" in t for t in texts)
+
+            # queries show the old version until the query service's follower polls (never a mix of both)
+            assert await _eventually(new_version_shown, True), await heron_texts()
             record = stores.registry.get("default", "herons")
+            assert record is not None
+
+            async def stored_generations() -> set[str]:
+                return {c.generation for c in stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "herons"), 100)}
+
+            # the old generation's delete reaches this Session-consistent read a time tick later
+            generations = await _eventually(stored_generations, {record.generation})
             assert record is not None and generations == {record.generation}, (generations, record)
             rows.append(("replacement", f"{replaced.chunk_count} new chunks, one generation stored"))
 
             deleted = await ingest_stub.DeleteDocument(
                 ingest_pb2.DeleteDocumentRequest(document_id="stocks"), timeout=60
             )
-            assert await top("market", filter=retrieve_pb2.MetadataFilter(document_ids=["stocks"])) == []
+
+            async def stocks_hits() -> list[str]:
+                return await top("market", filter=retrieve_pb2.MetadataFilter(document_ids=["stocks"]))
+
+            assert await _eventually(stocks_hits, []) == []  # gone once the query service's follower polls
             assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "stocks")) == 0
             with pytest.raises(grpc.aio.AioRpcError) as missing:
                 await ingest_stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="stocks"), timeout=30)
@@ -429,19 +355,20 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
                     for c in (await _retrieve(query_stub, "kingfishers", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE))[0]
                 }
             )
-            tagged = sorted(
-                {
-                    c.chunk.document_id
-                    for c in (
-                        await _retrieve(
-                            query_stub,
-                            "kingfishers",
-                            mode=retrieve_pb2.RETRIEVAL_MODE_DENSE,
-                            filter=retrieve_pb2.MetadataFilter(tags=["retagged"]),
-                        )
-                    )[0]
-                }
-            )
+
+
+            async def retagged() -> list[str]:
+                hits, _ = await _retrieve(
+                    query_stub,
+                    "kingfishers",
+                    mode=retrieve_pb2.RETRIEVAL_MODE_DENSE,
+                    filter=retrieve_pb2.MetadataFilter(tags=["retagged"]),
+                )
+                return sorted({c.chunk.document_id for c in hits})
+
+            # The chunks collection is Session-consistent: the query service's search sees the rewritten
+            # chunks a time tick after the ingest service wrote them (a bounded wait, not a retry of failures).
+            tagged = await _eventually(retagged, ["kingfisher"])
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)

@@ -85,3 +85,34 @@ def test_bulk_rows_group_chunks_into_documents() -> None:
     assert len({r.chunk_id for r in rows}) == len(texts)
     assert rows[0].document_id != rows[-1].document_id and rows[-1].chunk_index == 4
     assert BenchConfig(quick=True).query_sizes == (1_000,)
+
+
+def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
+    from scripts.bench import bulk
+    from scripts.bench.scale_report import BEGIN, END, write_report
+
+    base = np.eye(4, 8, dtype=np.float32)
+    vectors = np.concatenate(list(bulk.derived_vectors(base, 10)))
+    assert vectors.shape == (10, 8) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    timing = {"p50": 10.0, "p99": 20.0}
+    rows = [
+        {
+            "backend": backend,
+            "size": size,
+            **{f"retrieve_{mode}_ms": timing for mode in ("dense", "sparse", "hybrid")},
+            "store_dense_ms": timing,
+            "exact_numpy_ms": timing,
+            "dense_recall_at_10": 0.99,
+            "serving_s": 1.0,
+            "rss_per_chunk_bytes": 100.0,
+            "stages_hybrid_ms": {"embed_query": 5.0, "dense_search": 3.0},
+        }
+        for backend in ("milvus-lite", "milvus-2.3.5")
+        for size in (1_000, 10_000)
+    ]
+    (tmp_path / "benchmarks.md").write_text(f"# Benchmarks\n\nkept above\n\n{BEGIN}\nold\n{END}\n\nkept below\n")
+    write_report(rows, tmp_path)
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "kept above" in text and "kept below" in text and "old" not in text
+    assert "| milvus-2.3.5 | 10,000 | 10.0 / 20.0 ms |" in text and "| embed_query | dense_search |" in text
+    assert (tmp_path / "scale.png").read_bytes().startswith(b"\x89PNG")

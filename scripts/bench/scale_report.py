@@ -1,0 +1,107 @@
+"""Writes the scale section's rows into docs/benchmarks.md (between its `scale` markers; the rest
+of the file is kept) and docs/scale.png (Retrieve p50 and p99 against collection size, one line
+per backend and mode, with the store's own search as the floor)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+MODES = ("dense", "sparse", "hybrid")
+
+
+def _pair(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]['p50']:.1f} / {row[key]['p99']:.1f} ms"
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| backend | chunks | Retrieve hybrid p50 / p99 | dense p50 / p99 | sparse p50 / p99 | store dense top-100 "
+        "p50 (floor) | exact numpy p50 | dense recall@10 | start to SERVING | query RSS per chunk |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        hybrid, dense, sparse = (_pair(row, f"retrieve_{mode}_ms") for mode in ("hybrid", "dense", "sparse"))
+        lines.append(
+            f"| {row['backend']} | {row['size']:,} | {hybrid} | {dense} | "
+            f"{sparse} | {row['store_dense_ms']['p50']:.1f} ms | "
+            f"{row['exact_numpy_ms']['p50']:.1f} ms | {row['dense_recall_at_10']:.3f} | {row['serving_s']:.1f} s | "
+            f"{row['rss_per_chunk_bytes']:,.0f} B |"
+        )
+    return lines
+
+
+def _stages(rows: list[dict[str, Any]]) -> list[str]:
+    names = list(dict.fromkeys(name for row in rows for name in row.get("stages_hybrid_ms", {})))
+    lines = ["| backend | chunks | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for row in rows:
+        stages = row.get("stages_hybrid_ms", {})
+        cells = " | ".join(f"{stages[name]:.1f}" if name in stages else "" for name in names)
+        lines.append(f"| {row['backend']} | {row['size']:,} | {cells} |")
+    return lines
+
+
+def write_plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for axis, stat in zip(axes, ("p50", "p99"), strict=True):
+        for backend in sorted({r["backend"] for r in rows}):
+            mine = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["size"])
+            sizes = [r["size"] for r in mine]
+            for mode, style in zip(MODES, ("-o", "-s", "-^"), strict=True):
+                axis.plot(sizes, [r[f"retrieve_{mode}_ms"][stat] for r in mine], style, label=f"{backend} {mode}")
+            axis.plot(sizes, [r["store_dense_ms"][stat] for r in mine], ":", label=f"{backend} store dense (floor)")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("chunks in the collection")
+        axis.set_title(f"Retrieve top-10 {stat} (2 cores)")
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("milliseconds")
+    axes[1].legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+BEGIN, END = "<!-- scale:begin (written by scripts/bench/scale_report.py) -->", "<!-- scale:end -->"
+
+
+def write_report(rows: list[dict[str, Any]], docs: Path) -> None:
+    write_plot(rows, docs / "scale.png")
+    path = docs / "benchmarks.md"
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    section = "\n".join([BEGIN, *_section(rows), END])
+    if BEGIN in old and END in old:
+        head, _, rest = old.partition(BEGIN)
+        new = head + section + rest.partition(END)[2]
+    else:
+        new = old.rstrip() + "\n\n" + section + "\n"
+    path.write_text(new)
+
+
+def _section(rows: list[dict[str, Any]]) -> list[str]:
+    today = datetime.date.today().isoformat()
+    return [
+        "## Retrieve at collection size (`make bench BENCH_ARGS=\"--sections scale\"`)",
+        "",
+        f"Measured {today} on this project's 2-core machine, one run (`python -m scripts.bench --sections scale`): "
+        "one-chunk documents of real text (SciFact and the shared documents' sentences) with vectors derived from "
+        "2,048 embedded texts plus noise (scripts/bench/bulk.py), the default index (HNSW M 16, ef 128), rank_bm25 "
+        "over every chunk, 100 SciFact claims as queries, `Retrieve` top-10 through the retrieval pipeline in the "
+        "bench process (query embedding with the default onnx-int8 backend included). Floors: the store's own dense "
+        "search (top-100, tenant filter, ids only) and exact numpy search over the same matrix.",
+        "",
+        *_table(rows),
+        "",
+        "Median milliseconds per stage of `Retrieve` (hybrid):",
+        "",
+        *_stages(rows),
+        "",
+        "![Retrieve latency against collection size](scale.png)",
+    ]

@@ -1,0 +1,115 @@
+"""Starts a real Milvus 2.3.5 standalone server from PyPI's `milvus` package (no Docker) on free
+127.0.0.1 ports, for the reliability tests and the scale bench. It opens its other ports on
+0.0.0.0 too (all chosen free here) and leaves a child behind on SIGTERM, so stop() kills its
+whole process group."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.milvus_server import free_port
+
+PORT_OPTIONS = (
+    "proxy_port",
+    "etcd_port",
+    "root_coord_port",
+    "proxy_internal_port",
+    "query_coord_port",
+    "query_node_port",
+    "index_coord_port",
+    "index_node_port",
+    "data_coord_port",
+    "data_node_port",
+)
+
+
+def milvus_server_executable() -> tuple[str | None, str]:
+    try:
+        import milvus  # noqa: F401
+    except ImportError:
+        return None, (
+            "the `milvus` package (Milvus 2.3.5 server from PyPI) is not installed: "
+            "`.venv/bin/pip install milvus==2.3.5` to run the tests against a real Milvus server"
+        )
+    executable = Path(sys.executable).with_name("milvus-server")
+    if not executable.exists():
+        found = shutil.which("milvus-server")
+        if not found:
+            return None, "the `milvus` package is installed but its `milvus-server` entry point was not found"
+        executable = Path(found)
+    return str(executable), ""
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Milvus235:
+    def __init__(self, executable: str, root: Path) -> None:
+        self.executable = executable
+        self.root = root
+        self.ports = {name: free_port() for name in PORT_OPTIONS}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = root / "milvus-server.log"
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.ports['proxy_port']}"
+
+    def start(self, timeout_s: float = 240.0) -> float:
+        started = time.monotonic()
+        command = [self.executable, "--data", str(self.root / "data")]
+        for name, port in self.ports.items():
+            command += [f"--{name.replace('_', '-')}", str(port)]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root
+            )
+        from ragrpc.store.milvus_connection import MilvusConnection
+
+        deadline = time.monotonic() + timeout_s
+        while not _port_open(self.ports["proxy_port"]):
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"milvus-server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError("milvus-server did not open its proxy port in time")
+            time.sleep(0.5)
+        connection = MilvusConnection(self.uri, timeout_s=30)
+        connection.wait_until_ready(max(10.0, deadline - time.monotonic()))
+        version = connection.call(lambda c: c.get_server_version())
+        connection.reset()
+        print(
+            f"\n[milvus 2.3.5] server version {version} on {self.uri} (pid {self.process.pid}), "
+            f"started in {time.monotonic() - started:.1f}s"
+        )
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # SIGTERM alone leaves `milvus run standalone` behind
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the child, whatever the parent did
+        except ProcessLookupError:
+            pass
+
+
