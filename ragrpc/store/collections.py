@@ -21,13 +21,16 @@ from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
 
 logger = logging.getLogger(__name__)
 
-# Session consistency: a client sees its own writes at once (the ingest service, the one writer,
-# reads what it wrote), and other clients read without waiting for the server's time tick. Under
-# "Strong" every search and query on a Milvus server waited for it: 200 ms per call on Milvus
-# 2.3.5 standalone (measured: HNSW top-100 at 20k rows 200 ms Strong, 5.7 ms Session). The query
-# service follows the registry anyway, so a read that is a tick behind is caught by its next poll.
-# milvus-lite behaves the same under either. Collections created before keep their own level.
-CONSISTENCY = "Session"
+# The chunks collection is created with Session consistency: the writer reads its own inserts, and a
+# reader's search does not wait for Milvus' time tick. Under "Strong" every search on a Milvus server
+# waited for it: 200 ms per call on Milvus 2.3.5 standalone (measured: HNSW top-100 at 20k rows 200 ms
+# Strong, 5.7 ms Session). So a reader may see chunk writes a tick late: queries show a document
+# only in the generation the registry names, so a late read can hide a just-replaced document for that
+# moment, never show two versions. The registry and jobs stay Strong: the lifecycle and the query
+# service's follower read them across processes, off the request path. milvus-lite behaves the same
+# under either. Collections created before keep their own level.
+CHUNKS_CONSISTENCY = "Session"
+REGISTRY_CONSISTENCY = "Strong"
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ class CollectionSetup:
         index = client.prepare_index_params()
         index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
         client.create_collection(
-            self._names.documents, schema=schema, index_params=index, consistency_level=CONSISTENCY
+            self._names.documents, schema=schema, index_params=index, consistency_level=REGISTRY_CONSISTENCY
         )
         logger.info("created collection %s", self._names.documents)
 
@@ -188,7 +191,9 @@ class CollectionSetup:
         schema.add_field(s.REGISTRY_VECTOR, DataType.FLOAT_VECTOR, dim=2)
         index = client.prepare_index_params()
         index.add_index(s.REGISTRY_VECTOR, index_type="FLAT", metric_type="L2")
-        client.create_collection(self._names.jobs, schema=schema, index_params=index, consistency_level=CONSISTENCY)
+        client.create_collection(
+            self._names.jobs, schema=schema, index_params=index, consistency_level=REGISTRY_CONSISTENCY
+        )
 
     def _create_chunks(self, client: Any, dimension: int) -> None:
         try:
@@ -247,7 +252,9 @@ class CollectionSetup:
                 )
             )
             index.add_index(s.SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        client.create_collection(self._names.chunks, schema=schema, index_params=index, consistency_level=CONSISTENCY)
+        client.create_collection(
+            self._names.chunks, schema=schema, index_params=index, consistency_level=CHUNKS_CONSISTENCY
+        )
         logger.info(
             "created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension, self._index.index_type, bm25
         )
