@@ -163,8 +163,10 @@ async def _serve_stream(ex: _Exchange, b: Behaviour) -> None:
         }
         await ex.event(json.dumps({**_chunk(model, {}), "choices": [], "usage": usage}))
     await ex.event("[DONE]")
-    await ex.send(b"0\r\n\r\n")
+    # The stream's content ends with [DONE]: a client may close the moment it reads it, before the
+    # chunked-encoding terminator below goes out (which then finds the connection closed).
     ex.record.finished_at = time.monotonic()
+    await ex.send(b"0\r\n\r\n")
 
 
 async def _respond(ex: _Exchange, b: Behaviour) -> None:
