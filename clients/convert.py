@@ -64,7 +64,7 @@ def enum_value(enum: EnumTypeWrapper, label: str, prefix: str, what: str) -> Any
 def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
     """A Timestamp; naive datetimes are taken as UTC."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(value)
     return stamp

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class BlockKind(str, enum.Enum):
+class BlockKind(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() and format() of members
     """What a block of extracted text is; chunkers treat kinds differently."""
 
     HEADING = "heading"
@@ -129,7 +129,7 @@ class StageScores:
     dense: float | None = None  # cosine similarity in [-1, 1]
     sparse: float | None = None  # BM25 score, >= 0
     fused: float | None = None  # RRF or weighted-fusion score
-    rerank: float | None = None  # cross-encoder logit
+    rerank: float | None = None  # cross-encoder logit, or a remote rerank API's relevance score
 
 
 @dataclass

@@ -42,7 +42,7 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "commit": commit + ("+dirty" if dirty else ""),
-        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 
 

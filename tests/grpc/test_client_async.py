@@ -190,7 +190,7 @@ async def test_retry_policy_per_service() -> None:
     assert "authorization" not in flaky.metadata[-1] and len(flaky.metadata[-1]["x-request-id"]) == 16
     assert flaky.attempts == {
         "retrieve:unavailable": 4,
-        "retrieve:exhausted": 4,
+        "retrieve:exhausted": 1,  # RESOURCE_EXHAUSTED is never retried (clients.channel)
         "retrieve:deadline": 1,
         "get:unavailable": 4,
         "get:exhausted": 1,

@@ -281,7 +281,7 @@ def test_options_convert_to_request_protos() -> None:
         tags="t",
         sources=["a", "b"],
         after=dt.datetime(2024, 1, 2),
-        before=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+        before=dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
         template="analytical",
         history=[("user", "hi"), {"role": "assistant", "content": "hello"}],
         max_answer_tokens=64,

@@ -79,7 +79,7 @@ def _certificate(tmp: Path, name: str, issuer: tuple | None = None) -> tuple[Pat
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     signer_name, signer_key = (issuer[0], issuer[1]) if issuer else (subject, key)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
