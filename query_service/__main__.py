@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from query_service.app import build_components, build_reranker, start_query_server
+from query_service.app import build_components, build_reranker, reranker_provider, start_query_server
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
@@ -30,10 +30,11 @@ async def main() -> None:
         settings,
         model_id=embedder.model_id,
         dimension=embedder.dimension,
+        provider=embedder.provider,
         writer=False,
         wait_s=120.0,
     )
-    reranker = await asyncio.to_thread(build_reranker, settings)
+    reranker = await asyncio.to_thread(build_reranker, settings, metrics)
     components = build_components(
         settings, embedder, stores.chunks, stores.registry, reranker=reranker, metrics=metrics, load=False
     )
@@ -44,10 +45,17 @@ async def main() -> None:
         running.port,
         settings.milvus_uri,
         settings.sparse_backend,
-        settings.reranker_model or "none",
+        _describe_reranker(settings),
     )
     await serve_until_signalled(running, settings.shutdown_grace_s)
     components.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _describe_reranker(settings: Settings) -> str:
+    provider = reranker_provider(settings)
+    if provider == "remote":
+        return f"remote {settings.reranker_api} {settings.reranker_url}"
+    return settings.reranker_model if provider == "local" else "none"
 
 
 if __name__ == "__main__":

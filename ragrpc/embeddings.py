@@ -1,4 +1,6 @@
-"""Embedders: the Embedder protocol and the sentence-transformers implementation.
+"""Embedders: the Embedder protocol, the sentence-transformers implementation ("local" provider) and
+`embedder_from_settings`, which picks the provider (ragrpc.openai_embeddings for "openai") and the
+Matryoshka truncation (ragrpc.truncated_embeddings).
 
 The model loads in `warm_up()`, called once by a service's composition root, never at
 import. Embedding is CPU-bound and synchronous; callers run it in an executor.
@@ -33,13 +35,23 @@ import numpy as np
 
 from ragrpc.config import BUNDLED_MODEL, Settings
 from ragrpc.onnx_export import cpu_quantization_config, default_onnx_cache_dir, prepare_onnx_model_isolated
+from ragrpc.openai_embeddings import PROVIDER as OPENAI_PROVIDER
+from ragrpc.openai_embeddings import openai_embedder_from_settings
+from ragrpc.store.model_record import LOCAL_PROVIDER
 from ragrpc.tokens import HfTokenCounter, TokenCounter
+from ragrpc.truncated_embeddings import TruncatedEmbedder
 
 logger = logging.getLogger(__name__)
 
 
 class Embedder(Protocol):
-    """Turns texts into L2-normalised float32 vectors."""
+    """Turns texts into L2-normalised float32 vectors. `provider`, `model_id` and `dimension` are
+    the identity recorded on the collection (ragrpc.store.model_record)."""
+
+    @property
+    def provider(self) -> str:
+        """Which implementation embeds: "local" (in this process) or "openai" (an endpoint)."""
+        ...
 
     @property
     def model_id(self) -> str: ...
@@ -114,6 +126,10 @@ class SentenceTransformerEmbedder:
     @property
     def backend(self) -> str:
         return self._backend
+
+    @property
+    def provider(self) -> str:
+        return LOCAL_PROVIDER
 
     @property
     def model_id(self) -> str:
@@ -229,14 +245,32 @@ class SentenceTransformerEmbedder:
         return self.embed_documents([self._query_instruction + text])[0]
 
 
-def embedder_from_settings(settings: Settings, *, streams: int = 1) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(
+PROVIDERS = (LOCAL_PROVIDER, OPENAI_PROVIDER)
+
+
+def embedder_from_settings(settings: Settings, *, streams: int = 1) -> Embedder:
+    """The embedder of RAGRPC_EMBEDDING_PROVIDER, at RAGRPC_EMBEDDING_DIMENSIONS when set (the
+    openai provider asks the endpoint for them, the local one truncates). Not warmed up yet.
+    Raises ValueError for a bad setting."""
+    provider = settings.embedding_provider.strip().lower()
+    if provider not in PROVIDERS:
+        raise ValueError(
+            f"RAGRPC_EMBEDDING_PROVIDER={settings.embedding_provider!r} is not a known provider; "
+            f"use one of {', '.join(PROVIDERS)}"
+        )
+    dimensions = settings.embedding_dimensions
+    if dimensions < 0:
+        raise ValueError(f"RAGRPC_EMBEDDING_DIMENSIONS must be >= 0 (0: the model's own), got {dimensions}")
+    if provider == OPENAI_PROVIDER:
+        return openai_embedder_from_settings(settings, streams=streams)
+    local = SentenceTransformerEmbedder(
         settings.embedding_model,
         backend=settings.embedding_backend,
         batch_size=settings.embedding_batch_size,
         query_instruction=settings.query_instruction,
         streams=streams,
     )
+    return TruncatedEmbedder(local, dimensions) if dimensions else local
 
 
 def available_cores() -> int:

@@ -1,8 +1,9 @@
 """Creates, checks and loads ragrpc's Milvus collections.
 
-`CollectionSetup.ensure(model_id, dimension)` is idempotent and runs at the start of both
-services: it creates the collections when missing (only the writer does), refuses to
-work with a collection built by another embedding model (ModelMismatchError), detects
+`CollectionSetup.ensure(model_id, dimension, provider=...)` is idempotent and runs at the start of
+both services: it creates the collections when missing (only the writer does), refuses to
+work with a collection built by another embedding provider, model or dimension
+(ModelMismatchError, see ragrpc.store.model_record), detects
 whether the server has the BM25 function, and loads the collections (after a restart
 they come back released).
 """
@@ -18,6 +19,7 @@ from typing import Any
 from ragrpc import errors
 from ragrpc.store import schema as s
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
+from ragrpc.store.model_record import LOCAL_PROVIDER, EmbeddingIdentity, ensure_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ class CollectionSetup:
         self.server_version = ""
 
     @translate_errors
-    def ensure(self, model_id: str, dimension: int, *, create: bool = True) -> None:
+    def ensure(self, model_id: str, dimension: int, *, provider: str = LOCAL_PROVIDER, create: bool = True) -> None:
         client = self._conn.client()
         if not client.has_collection(self._names.documents):
             if not create:
@@ -102,7 +104,7 @@ class CollectionSetup:
                 )
             self._create_registry(client)
         client.load_collection(self._names.documents)
-        self._check_model(client, model_id, dimension, create=create)
+        self._check_model(client, EmbeddingIdentity(model_id, dimension, provider), create=create)
         if not client.has_collection(self._names.chunks):
             if not create:
                 raise errors.PreconditionError(
@@ -133,26 +135,17 @@ class CollectionSetup:
                 self.server_version,
             )
 
-    def _check_model(self, client: Any, model_id: str, dimension: int, *, create: bool) -> None:
-        rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])
-        if not rows:
-            if not create:
-                raise errors.PreconditionError("the collection has no model record yet; start the ingest service")
-            self._write_model_info(client, model_id, dimension)
-            return
-        info = rows[0][s.RECORD] or {}
-        if info.get("model_id") != model_id or int(info.get("dimension", -1)) != dimension:
-            raise errors.ModelMismatchError(
-                f"the collection was built with embedding model {info.get('model_id')!r} "
-                f"({info.get('dimension')} dimensions) but this service runs {model_id!r} ({dimension}); "
-                "configure the same model (RAGRPC_EMBEDDING_MODEL) or use another RAGRPC_COLLECTION_PREFIX",
-                metadata={"collection_model": str(info.get("model_id")), "service_model": model_id},
-            )
+    def _check_model(self, client: Any, identity: EmbeddingIdentity, *, create: bool) -> None:
+        def read() -> dict[str, Any] | None:
+            rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])
+            return (rows[0][s.RECORD] or {}) if rows else None
 
-    def _write_model_info(self, client: Any, model_id: str, dimension: int) -> None:
-        row = _registry_row_defaults()
-        row.update({s.DOC_KEY: s.MODEL_INFO_KEY, s.RECORD: {"model_id": model_id, "dimension": dimension}})
-        client.upsert(self._names.documents, [row])
+        def write(record: dict[str, Any]) -> None:
+            row = _registry_row_defaults()
+            row.update({s.DOC_KEY: s.MODEL_INFO_KEY, s.RECORD: record})
+            client.upsert(self._names.documents, [row])
+
+        ensure_recorded(read, write, identity, create=create)
 
     def _create_registry(self, client: Any) -> None:
         from pymilvus import DataType

@@ -12,6 +12,7 @@ from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConf
 from ragrpc.store.milvus_chunks import MilvusChunkStore
 from ragrpc.store.milvus_connection import MilvusConnection
 from ragrpc.store.milvus_registry import MilvusDocumentRegistry
+from ragrpc.store.model_record import LOCAL_PROVIDER
 from ragrpc.store.wal_flusher import WalFlusher, flush_enabled
 
 
@@ -48,10 +49,16 @@ def connection_for(settings: Settings, *, writer: bool) -> MilvusConnection:
 
 
 def open_milvus_stores(
-    settings: Settings, *, model_id: str, dimension: int, writer: bool, wait_s: float = 60.0
+    settings: Settings,
+    *,
+    model_id: str,
+    dimension: int,
+    writer: bool,
+    wait_s: float = 60.0,
+    provider: str = LOCAL_PROVIDER,
 ) -> MilvusStores:
     """Connects (waiting up to wait_s for the server), ensures the collections (only the writer
-    creates them) and checks the embedding model recorded on them."""
+    creates them) and checks the embedding provider, model and dimension recorded on them."""
     connection = connection_for(settings, writer=writer)
     connection.wait_until_ready(wait_s)
     names = CollectionNames.with_prefix(settings.collection_prefix)
@@ -60,7 +67,7 @@ def open_milvus_stores(
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            setup.ensure(model_id, dimension, create=writer)
+            setup.ensure(model_id, dimension, provider=provider, create=writer)
             break
         except errors.PreconditionError as exc:
             # A reader started before the writer created the collections: wait for it.

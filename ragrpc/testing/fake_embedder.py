@@ -14,12 +14,23 @@ from ragrpc.tokens import TokenCounter, WordTokenCounter
 
 
 class HashingEmbedder:
-    def __init__(self, dimension: int = 64, max_tokens: int = 254, model_id: str = "test/hashing-embedder") -> None:
+    def __init__(
+        self,
+        dimension: int = 64,
+        max_tokens: int = 254,
+        model_id: str = "test/hashing-embedder",
+        provider: str = "local",
+    ) -> None:
         self._dimension = dimension
         self._max_tokens = max_tokens
         self._model_id = model_id
+        self._provider = provider
         self._counter = WordTokenCounter()
         self.calls = 0
+
+    @property
+    def provider(self) -> str:
+        return self._provider
 
     @property
     def model_id(self) -> str:

@@ -2,8 +2,9 @@
 one query call returns at most MAX_QUERY_WINDOW rows (more is the adapters' InternalError),
 scans come in pages of `page_size` in primary-key order, VARCHAR fields longer than the
 schema allows fail the whole write (as milvus-lite does; nothing of the call is stored), and
-an insert or upsert of an existing id replaces its row. tests/store_contract runs the same
-suite against these and a real milvus-lite server."""
+an insert or upsert of an existing id replaces its row; the registry's `ensure_model` records
+and checks the embedding identity as CollectionSetup.ensure does. tests/store_contract runs the
+same suite against these and a real milvus-lite server."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import copy
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from ragrpc.store.base import DocumentRegistry
 from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_chunks import chunk_to_row, hit_to_chunk
 from ragrpc.store.milvus_registry import record_to_row
+from ragrpc.store.model_record import EmbeddingIdentity, ensure_recorded
 from ragrpc.store.paging import DEFAULT_PAGE_SIZE, MAX_QUERY_WINDOW, checked_limit, checked_page_size
 
 _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
@@ -147,6 +150,17 @@ class InMemoryDocumentRegistry:
         self._deletions: dict[str, int] = {}  # document key -> deleted at (unix seconds)
         self._lock = threading.Lock()
         self.page_size = checked_page_size(page_size)
+        self.model_record: dict[str, Any] | None = None  # what CollectionSetup keeps under MODEL_INFO_KEY
+
+    def ensure_model(self, identity: EmbeddingIdentity, *, create: bool = True) -> None:
+        """The embedding-model check of CollectionSetup.ensure: the first writer records its identity,
+        a service with another provider, model or dimension is refused (ModelMismatchError)."""
+
+        def write(record: dict[str, Any]) -> None:
+            self.model_record = dict(record)
+
+        with self._lock:
+            ensure_recorded(lambda: self.model_record, write, identity, create=create)
 
     def get(self, tenant: str, document_id: str) -> DocumentRecord | None:
         return self.get_many([f"{tenant}/{document_id}"]).get(f"{tenant}/{document_id}")
