@@ -1,4 +1,6 @@
-"""Second-stage reranking of the fused candidates with a cross-encoder.
+"""Second-stage reranking of the fused candidates: the `Reranker` protocol, the error a
+reranker raises when it cannot rerank this request, and the local cross-encoder (the remote
+HTTP provider is `query_service.remote_rerank`).
 
 `CrossEncoderReranker` loads the sentence-transformers CrossEncoder in `warm_up()` (called
 by the server at start-up; the first `rerank` loads it otherwise), never at import or in
@@ -16,13 +18,35 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragrpc import errors
 from ragrpc.models import ScoredChunk
 
 logger = logging.getLogger(__name__)
 
 
+class RerankUnavailableError(errors.UnavailableError):
+    """This request could not be reranked (upstream down, slow, wrong answer, no time left); the
+    pipeline keeps the fused order and reports `summary` as the rerank_skipped_reason.
+
+    cause: a short machine label (connection, timeout, deadline, http_status, malformed,
+    bad_indexes), used as the metric label.
+    """
+
+    default_reason = "RERANKER_UNAVAILABLE"
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(f"rerank failed ({cause}): {detail}", metadata={"cause": cause})
+        self.cause = cause
+        self.detail = detail
+
+    @property
+    def summary(self) -> str:
+        return f"{self.message}; fused order kept"
+
+
 class Reranker(Protocol):
-    """Re-scores hits against the query and returns the best top_n, best first."""
+    """Re-scores hits against the query and returns the best top_n, best first; raises
+    RerankUnavailableError when it cannot for this request (the fused order is kept)."""
 
     def rerank(self, query: str, hits: Sequence[ScoredChunk], top_n: int) -> list[ScoredChunk]: ...
 
@@ -65,7 +89,7 @@ class CrossEncoderReranker:
             return []
         scores = self._predict(self._load(), [(query, hit.chunk.text) for hit in hits])
         order = sorted(range(len(hits)), key=lambda i: (-scores[i], hits[i].chunk.chunk_id))
-        return [_with_rerank_score(hits[i], float(scores[i])) for i in order[:top_n]]
+        return [with_rerank_score(hits[i], float(scores[i])) for i in order[:top_n]]
 
     def _load(self) -> Any:
         with self._load_lock:
@@ -97,5 +121,6 @@ class CrossEncoderReranker:
         return scores
 
 
-def _with_rerank_score(hit: ScoredChunk, score: float) -> ScoredChunk:
+def with_rerank_score(hit: ScoredChunk, score: float) -> ScoredChunk:
+    """The hit scored `score`, kept as StageScores.rerank too (the earlier stages' scores stay)."""
     return dataclasses.replace(hit, score=score, scores=dataclasses.replace(hit.scores, rerank=score))

@@ -9,7 +9,8 @@ Metric names carry the `ragrpc_` namespace: `ragrpc_rpc_requests_total{service,m
 `ragrpc_rpc_latency_seconds{service,method,code}`, `ragrpc_ingest_stage_seconds{stage}`,
 `ragrpc_ingest_queue_depth`, `ragrpc_chunks_written_total`, `ragrpc_tokens_generated_total{model}`,
 `ragrpc_time_to_first_token_seconds`, `ragrpc_documents_total{state}`,
-`ragrpc_background_failures_total{task}`.
+`ragrpc_background_failures_total{task}`, `ragrpc_rerank_failures_total{cause}` (remote rerank calls that
+failed: the request kept the fused order).
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class Metrics:
         self.documents = Counter("documents", "Documents that reached a final state, by state", ("state",), **common)
         self.background_failures = Counter(
             "background_failures", "Failed steps of a supervised background task (retried)", ("task",), **common
+        )
+        self.rerank_failures = Counter(
+            "rerank_failures",
+            "Remote rerank calls that failed, by cause (the request kept the fused order)",
+            ("cause",),
+            **common,
         )
 
     def observe_rpc(self, full_method: str, code: grpc.StatusCode, seconds: float) -> None:
