@@ -5,6 +5,9 @@ Events (domain objects the servicer converts one-to-one):
 
     SourcesReady (the numbered sources)  TokenEvent*  [RetractionEvent TokenEvent*]*
     CitationFound*  AnswerFinished
+
+Spans (ragrpc.tracing): the retrieval's stages, then `context` (budget, tokens used, sources
+and chunks kept, candidates dropped), then the chain's `generate`.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from query_service.context import ContextSource
 from query_service.generation.base import ChatMessage, GenerationDone, RetractionEvent, TokenEvent
 from query_service.generation.chain import FallbackChain
 from query_service.generation.citations import parse_citations
-from query_service.prompt_templates import PromptBuilder
+from query_service.prompt_templates import BuiltPrompt, PromptBuilder
 from query_service.retrieval import RetrievalPipeline
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult
 from ragrpc import errors
 from ragrpc.models import ScoredChunk
+from ragrpc.tracing import NoopTracer, Tracer, in_current_context
 
 
 @dataclass
@@ -73,7 +77,9 @@ class AnswerService:
         chain: FallbackChain,
         executor: Executor,
         observer: Callable[[AnswerFinished], None] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or NoopTracer()
         self._retrieval = retrieval
         self._observer = observer
         self._prompts = prompts
@@ -84,17 +90,9 @@ class AnswerService:
         started = time.perf_counter()
         result = await self._retrieval.retrieve(query.retrieval)
         context_started = time.perf_counter()
-        built = await asyncio.get_running_loop().run_in_executor(
-            self._executor,
-            lambda: self._prompts.build(
-                query.retrieval.text,
-                result.hits,
-                template=query.template or "default",
-                history=query.history,
-                budget_tokens=query.token_budget or None,
-                max_answer_tokens=query.max_answer_tokens or None,
-            ),
-        )
+        with self._tracer.span("context", hits=len(result.hits), template=query.template or "default") as span:
+            built = await self._build_prompt(query, result)
+            span.set(**_context_attributes(built))
         timings = [*_retrieval_timings(result), ("context", _ms_since(context_started))]
         sources = list(built.context.sources)
         yield SourcesReady(sources, result.score_kind)
@@ -126,6 +124,34 @@ class AnswerService:
         if self._observer is not None:
             self._observer(finished)
         yield finished
+
+    async def _build_prompt(self, query: AskQuery, result: RetrievalResult) -> BuiltPrompt:
+        def build() -> BuiltPrompt:
+            return self._prompts.build(
+                query.retrieval.text,
+                result.hits,
+                template=query.template or "default",
+                history=query.history,
+                budget_tokens=query.token_budget or None,
+                max_answer_tokens=query.max_answer_tokens or None,
+            )
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, in_current_context(build))
+
+
+def _context_attributes(built: BuiltPrompt) -> dict[str, int]:
+    sources = built.context.sources
+    return {
+        "budget_tokens": built.budget_tokens,
+        "answer_reserve_tokens": built.max_answer_tokens,
+        "tokens": built.context.tokens,  # the sources' text
+        "prompt_tokens": built.prompt_tokens,  # the whole prompt: instructions, history, sources, question
+        "sources": len(sources),
+        "chunks": sum(len(s.chunk_ids) or 1 for s in sources),
+        "compressed": sum(1 for s in sources if s.compressed),
+        "dropped": built.context.dropped,
+        "history_kept": built.history_kept,
+    }
 
 
 def _ms_since(start: float) -> float:

@@ -15,13 +15,14 @@ from query_service.context import ContextAssembler
 from query_service.generation import build_generator_chain, parse_endpoints
 from query_service.prompt_templates import PromptBuilder, PromptTemplates
 from query_service.registry_follower import RegistryFollower
+from query_service.remote_rerank import RemoteRerankConfig, RemoteReranker
 from query_service.rerank import CrossEncoderReranker, Reranker
 from query_service.retrieval import FollowedVisibility, RetrievalPipeline, SparseRetriever
 from query_service.servicer import RetrievalLimits, RetrieveServicer
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
 from query_service.sparse_sync import SparseIndexSync
-from ragrpc import errors
+from ragrpc import deadlines, errors
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.metrics import Metrics, MetricsInterceptor
@@ -30,6 +31,7 @@ from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.supervised import SupervisedLoop
 from ragrpc.tokens import TiktokenCounter
+from ragrpc.tracing import NoopTracer, Tracer, tracer_from_setting
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class QueryComponents:
     limits: RetrievalLimits
     follower: RegistryFollower
     background: list[SupervisedLoop] = field(default_factory=list)
+    tracer: Tracer = field(default_factory=NoopTracer)  # stage spans, and the RPC spans of the server
 
     def start_background(self) -> list[asyncio.Task]:
         """Starts the supervised background loops (following the registry) on the running event loop."""
@@ -79,9 +82,35 @@ def load_follower(follower: RegistryFollower) -> None:
     logger.info("registry followed: %d visible documents loaded in %.1fs", documents, time.monotonic() - started)
 
 
-def build_reranker(settings: Settings) -> Reranker | None:
-    if not settings.reranker_model:
+RERANKER_PROVIDERS = ("auto", "none", "local", "remote")
+
+
+def reranker_provider(settings: Settings) -> str:
+    """none, local or remote: RAGRPC_RERANKER_PROVIDER, with auto resolved (ValueError when invalid)."""
+    provider = settings.reranker_provider.strip().lower()
+    if provider not in RERANKER_PROVIDERS:
+        choices = ", ".join(RERANKER_PROVIDERS)
+        raise ValueError(f"RAGRPC_RERANKER_PROVIDER must be one of {choices}, got {settings.reranker_provider!r}")
+    if provider == "auto":
+        return "remote" if settings.reranker_url.strip() else "local" if settings.reranker_model.strip() else "none"
+    if provider == "local" and not settings.reranker_model.strip():
+        raise ValueError("RAGRPC_RERANKER_PROVIDER=local needs RAGRPC_RERANKER_MODEL (a cross-encoder)")
+    if provider == "remote" and not settings.reranker_url.strip():
+        raise ValueError("RAGRPC_RERANKER_PROVIDER=remote needs RAGRPC_RERANKER_URL (the rerank endpoint)")
+    return provider
+
+
+def build_reranker(settings: Settings, metrics: Metrics | None = None) -> Reranker | None:
+    """The configured reranker: a remote API (checked, never called at start) or a loaded cross-encoder."""
+    provider = reranker_provider(settings)
+    if provider == "none":
         return None
+    if provider == "remote":
+        return RemoteReranker(
+            RemoteRerankConfig.from_settings(settings),
+            time_left=deadlines.time_left_s,
+            on_failure=(lambda cause: metrics.rerank_failures.labels(cause).inc()) if metrics else None,
+        )
     reranker = CrossEncoderReranker(settings.reranker_model)
     reranker.warm_up()
     return reranker
@@ -98,9 +127,13 @@ def build_components(
     use_configured_sparse: bool = True,
     metrics: Metrics | None = None,
     load: bool = True,
+    tracer: Tracer | None = None,
 ) -> QueryComponents:
     """The query service's components; with load=False the registry follower (and the BM25 index)
-    load later, in start_query_server, while the server answers health checks as NOT_SERVING."""
+    load later, in start_query_server, while the server answers health checks as NOT_SERVING.
+    `tracer` defaults to the one RAGRPC_TRACING asks for."""
+    if tracer is None:
+        tracer = tracer_from_setting(settings.tracing)
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
     follower = RegistryFollower(registry, reconcile_interval_s=settings.registry_reconcile_interval_s)
     if sparse is None and use_configured_sparse:
@@ -115,6 +148,7 @@ def build_components(
         reranker=reranker,
         executor=executor,
         rerank_top_n=settings.rerank_top_n,
+        tracer=tracer,
     )
     counter = TiktokenCounter(settings.tiktoken_encoding)
     prompts = PromptBuilder(
@@ -124,13 +158,14 @@ def build_components(
         default_budget=settings.token_budget,
         default_max_answer_tokens=settings.max_answer_tokens,
     )
-    chain = build_generator_chain(parse_endpoints(settings.llm_endpoints), counter=counter)
+    chain = build_generator_chain(parse_endpoints(settings.llm_endpoints), counter=counter, tracer=tracer)
     answers = AnswerService(
         retrieval=retrieval,
         prompts=prompts,
         chain=chain,
         executor=executor,
         observer=AnswerMetricsObserver(metrics) if metrics else None,
+        tracer=tracer,
     )
     limits = RetrievalLimits(
         max_query_chars=settings.max_query_chars,
@@ -144,7 +179,7 @@ def build_components(
         interval_s=settings.registry_follow_interval_s,
         on_failure=(lambda task: metrics.background_failures.labels(task).inc()) if metrics else None,
     )
-    return QueryComponents(retrieval, answers, executor, limits, follower, [follow])
+    return QueryComponents(retrieval, answers, executor, limits, follower, [follow], tracer=tracer)
 
 
 async def start_query_server(
@@ -162,6 +197,7 @@ async def start_query_server(
         call_timeout_s=settings.query_call_timeout_s,
         extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
         serving=loaded,
+        tracer=components.tracer,
     )
     if loaded:
         running.background_tasks += components.start_background()

@@ -2,7 +2,8 @@
 
 embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop)
   -> visibility (only chunks of the documents' current generation)
-  -> fuse (RRF or weighted; or one list alone) -> rerank (cross-encoder, when configured)
+  -> fuse (RRF or weighted; or one list alone) -> rerank (local cross-encoder or remote API, when configured;
+     a failed rerank keeps the fused order and the summary says why)
   -> diversify (MMR, when asked) -> min score, top-k -> parents (when asked)
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from query_service.diversity import MmrDiversifier
 from query_service.fusion import RrfFusion, WeightedFusion
-from query_service.rerank import Reranker
+from query_service.rerank import Reranker, RerankUnavailableError
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
 from ragrpc import errors
 from ragrpc.embeddings import Embedder
@@ -28,6 +29,7 @@ from ragrpc.models import ChunkRecord, ScoredChunk, document_key
 from ragrpc.store import filters as f
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
+from ragrpc.tracing import NoopTracer, Tracer, in_current_context
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +104,9 @@ class RetrievalPipeline:
         executor: Executor,
         rerank_top_n: int = 30,
         clock: Callable[[], float] = time.perf_counter,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or NoopTracer()  # stage spans: embed_query, dense, sparse, fuse, rerank
         self._embedder = embedder
         self._chunks = chunks
         self._visibility = visibility
@@ -113,7 +117,8 @@ class RetrievalPipeline:
         self._clock = clock
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        # in the caller's context (the current span, the deadline) in the executor thread
+        return await asyncio.get_running_loop().run_in_executor(self._executor, in_current_context(fn), *args)
 
     async def retrieve(self, query: RetrievalQuery) -> RetrievalResult:
         if not self._visibility.ready:
@@ -140,9 +145,12 @@ class RetrievalPipeline:
         dense, sparse = await self._candidates(query, expr, timer)
         with timer.stage("visibility"):
             dense, sparse = await self._visible(dense, sparse)
-        with timer.stage("fuse"):
+        with timer.stage("fuse"), self._tracer.span("fuse", dense_in=len(dense), sparse_in=len(sparse)) as span:
             fused, kind = self._fuse(query, dense, sparse)
-        fused, kind, reranked, skipped = await self._maybe_rerank(query, fused, kind, timer)
+            span.set(method=kind, rrf_k=query.rrf_k if kind == "rrf" else None, out=len(fused))
+        with self._tracer.span("rerank", n_in=len(fused), **_reranker_attributes(self._reranker)) as span:
+            fused, kind, reranked, skipped = await self._maybe_rerank(query, fused, kind, timer)
+            span.set(reranked=reranked, skipped_reason=skipped or None, n_out=len(fused))
         if query.mmr_lambda is not None and len(fused) > 1:
             with timer.stage("diversify"):
                 fused = await self._diversify(query, fused)
@@ -173,18 +181,33 @@ class RetrievalPipeline:
         async def dense() -> list[ScoredChunk]:
             if query.mode == "sparse":
                 return []
-            with timer.stage("embed_query"):
+            with (
+                timer.stage("embed_query"),
+                self._tracer.span("embed_query", **_embed_attributes(self._embedder, query)),
+            ):
                 vector = await self._run(self._embedder.embed_query, query.text)
-            with timer.stage("dense_search"):  # ids and visibility fields only: rows are read for the final hits
-                return await self._run(self._chunks.search_dense, vector, expr, query.candidates, False)
+            with (
+                timer.stage("dense_search"),  # ids and visibility fields only: rows are read for the final hits
+                self._tracer.span("dense", requested=query.candidates, collection=query.collection or None) as span,
+            ):
+                hits = await self._run(self._chunks.search_dense, vector, expr, query.candidates, False)
+                span.set(hits=len(hits))
+                return hits
 
         async def sparse() -> list[ScoredChunk]:
             if query.mode == "dense" or self._sparse is None:
                 return []
-            with timer.stage("sparse_search"):
-                return await self._run(
+            with (
+                timer.stage("sparse_search"),
+                self._tracer.span(
+                    "sparse", backend=self._sparse.name, requested=query.candidates, query_words=len(query.text.split())
+                ) as span,
+            ):
+                hits = await self._run(
                     self._sparse.search, query.text, query.tenant, expr, query.candidates, query.document_ids or None
                 )
+                span.set(hits=len(hits))
+                return hits
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
         return dense_hits, sparse_hits
@@ -225,7 +248,10 @@ class RetrievalPipeline:
             return hits, kind, False, "no candidates"
         with timer.stage("rerank"):
             head = await self._complete(hits[: self._rerank_top_n])  # the reranker reads the texts
-            reranked = await self._run(self._reranker.rerank, query.text, head, len(head))
+            try:  # `_run` keeps the call's context: a remote reranker reads the RPC deadline (and the request id)
+                reranked = await self._run(self._reranker.rerank, query.text, head, len(head))
+            except RerankUnavailableError as exc:  # logged and counted by the reranker
+                return hits, kind, False, exc.summary
         return list(reranked) + hits[len(head) :], "rerank", True, ""
 
     async def _complete(self, hits: list[ScoredChunk]) -> list[ScoredChunk]:
@@ -270,3 +296,19 @@ class RetrievalPipeline:
         for hit in hits:
             if hit.chunk.parent_id in texts:
                 hit.chunk.parent_text = texts[hit.chunk.parent_id]
+
+
+def _embed_attributes(embedder: Embedder, query: RetrievalQuery) -> dict[str, Any]:
+    return {
+        "gen_ai.operation.name": "embeddings",
+        "gen_ai.request.model": embedder.model_id,
+        "query_chars": len(query.text),
+    }
+
+
+def _reranker_attributes(reranker: Reranker | None) -> dict[str, Any]:
+    """Which reranker (its class) and model (a cross-encoder's path, a remote reranker's configured model)."""
+    if reranker is None:
+        return {}
+    model = getattr(reranker, "model_name_or_path", None) or getattr(getattr(reranker, "config", None), "model", None)
+    return {"provider": type(reranker).__name__, "model": model or None}

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ragrpc import errors
 from ragrpc.grpc_errors import ErrorMappingInterceptor
+from ragrpc.tracing import Tracer, tracer_from_setting
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +70,18 @@ async def build_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
     max_concurrent_rpcs: int | None = None,
+    tracing_interceptor: grpc.aio.ServerInterceptor | None = None,
 ) -> RunningServer:
     """Creates and starts the server on `address` ("host:port", port 0 picks a free one).
 
     Health starts NOT_SERVING for every service; call `set_serving()` once warm. Calls beyond
-    max_concurrent_rpcs are refused with RESOURCE_EXHAUSTED (load shedding).
+    max_concurrent_rpcs are refused with RESOURCE_EXHAUSTED (load shedding). The tracing
+    interceptor (the RPC span, see ragrpc.tracing) goes first, so the status the error mapping
+    aborts with is recorded on the span.
     """
+    tracing = [tracing_interceptor] if tracing_interceptor is not None else []
     server = grpc.aio.server(
-        interceptors=[ErrorMappingInterceptor(), *interceptors],  # errors outermost
+        interceptors=[*tracing, ErrorMappingInterceptor(), *interceptors],  # then errors, outside the rest
         options=server_options(max_message_bytes),
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
@@ -130,14 +135,19 @@ async def host_service(
     call_timeout_s: float,
     extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     serving: bool = True,
+    tracer: Tracer | None = None,
 ) -> RunningServer:
     """Starts one ragrpc service with the house defaults: TLS/plaintext rule, tenant resolution
     (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING (with
-    serving=False it stays NOT_SERVING until the caller's `set_serving()`)."""
+    serving=False it stays NOT_SERVING until the caller's `set_serving()`). RPC spans come from
+    `tracer` (the one the service's components record stage spans with), else from
+    settings.tracing (RAGRPC_TRACING)."""
     from ragrpc.deadlines import DeadlineInterceptor
     from ragrpc.request_context import RequestContextInterceptor
     from ragrpc.security import server_credentials, tenant_resolver
 
+    if tracer is None:
+        tracer = tracer_from_setting(settings.tracing)
     running = await build_server(
         [registration],
         address=address,
@@ -149,6 +159,7 @@ async def host_service(
         ],
         credentials=server_credentials(settings),
         max_concurrent_rpcs=settings.max_concurrent_rpcs,
+        tracing_interceptor=tracer.server_interceptor(),
     )
     if serving:
         await running.set_serving()

@@ -41,6 +41,7 @@ from query_service.generation.chain import FallbackChain
 from query_service.generation.citations import CitationSpan, parse_citations, validate
 from query_service.generation.extractive import ExtractiveGenerator
 from ragrpc.tokens import TokenCounter
+from ragrpc.tracing import Tracer
 
 __all__ = [
     "ChainEvent",
@@ -136,6 +137,7 @@ def build_generator_chain(
     counter: TokenCounter | None = None,
     client_factory: Any = None,
     extractive: ExtractiveGenerator | None = None,
+    tracer: Tracer | None = None,
 ) -> FallbackChain:
     """One OpenAiChatGenerator per endpoint, in order, then the extractive generator.
     The first-token timeout is capped by each endpoint's timeout_s."""
@@ -153,4 +155,4 @@ def build_generator_chain(
         for e in endpoints
     ]
     generators.append(extractive or ExtractiveGenerator())
-    return FallbackChain(generators, counter=counter)
+    return FallbackChain(generators, counter=counter, tracer=tracer)

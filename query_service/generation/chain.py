@@ -13,6 +13,10 @@ ExtractiveGenerator, whose answer is accepted as it is.
 
 Closing the run (aclose, or cancelling the task consuming it) closes the running
 generator's stream at once, which closes its upstream request.
+
+A run is one `generate` span (ragrpc.tracing): the request's max_tokens and temperature, a
+`generator_failed` event per entry that failed (model, problem), and, once answered, the
+answering model and endpoint, token usage, finish reason and how many entries failed first.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 from query_service.generation.base import (
     ChainEvent,
@@ -37,6 +43,7 @@ from query_service.generation.citations import validate
 from query_service.generation.extractive import ExtractiveGenerator
 from ragrpc.errors import InternalError
 from ragrpc.tokens import TiktokenCounter, TokenCounter
+from ragrpc.tracing import NoopTracer, SpanHandle, Tracer
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +63,15 @@ class FallbackChain:
     list does not already end with one. `counter` counts usage the backend did not report
     (a cl100k_base TiktokenCounter when None)."""
 
-    def __init__(self, generators: Sequence[Generator], counter: TokenCounter | None = None) -> None:
+    def __init__(
+        self, generators: Sequence[Generator], counter: TokenCounter | None = None, tracer: Tracer | None = None
+    ) -> None:
         entries = list(generators)
         if not entries or not isinstance(entries[-1], ExtractiveGenerator):
             entries.append(ExtractiveGenerator())
         self._generators: list[Generator] = entries
         self._counter = counter if counter is not None else TiktokenCounter()
+        self._tracer = tracer or NoopTracer()
 
     @property
     def generators(self) -> list[Generator]:
@@ -75,7 +85,14 @@ class FallbackChain:
                 await close()
 
     async def run(self, request: GenerationRequest) -> AsyncGenerator[ChainEvent, None]:
+        with self._tracer.span("generate", **_request_attributes(request, len(self._generators))) as span:
+            async with aclosing(self._attempts(request, span)) as events:
+                async for event in events:
+                    yield event
+
+    async def _attempts(self, request: GenerationRequest, span: SpanHandle) -> AsyncGenerator[ChainEvent, None]:
         last = len(self._generators) - 1
+        retractions = 0
         for index, generator in enumerate(self._generators):
             attempt = _Attempt()
             problem: str | None = None
@@ -99,9 +116,13 @@ class FallbackChain:
                     problem = f"invalid answer: {invalid}"
                     log.warning("generator %s gave an invalid answer: %s", generator.name, invalid)
             if problem is None:
-                yield self._done(generator.name, request, attempt)
+                done = self._done(generator.name, request, attempt)
+                span.set(fallbacks=index, retractions=retractions, **_answer_attributes(generator, done))
+                yield done
                 return
+            span.event("generator_failed", model=generator.name, problem=problem, tokens_sent=len(attempt.pieces))
             if attempt.pieces:
+                retractions += 1
                 yield RetractionEvent(model=generator.name, reason=problem)
             if index == last:
                 raise InternalError(f"the last generator {generator.name} failed: {problem}")
@@ -125,3 +146,31 @@ class FallbackChain:
             completion_tokens=completion,
             answer=attempt.answer,
         )
+
+
+def _request_attributes(request: GenerationRequest, entries: int) -> dict[str, Any]:
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.max_tokens": request.max_tokens or None,
+        "gen_ai.request.temperature": request.temperature,
+        "generators": entries,
+        "sources": len(request.sources),
+    }
+
+
+def _answer_attributes(generator: Generator, done: GenerationDone) -> dict[str, Any]:
+    """Semantic-convention attributes of the answer; the endpoint of an OpenAI-compatible generator."""
+    base_url = getattr(generator, "base_url", None)
+    endpoint = urlsplit(base_url) if isinstance(base_url, str) and base_url else None
+    return {
+        "gen_ai.request.model": done.model,
+        "gen_ai.response.model": done.model,
+        "gen_ai.response.finish_reasons": [done.finish_reason],
+        "gen_ai.usage.input_tokens": done.prompt_tokens,
+        "gen_ai.usage.output_tokens": done.completion_tokens,
+        "server.address": endpoint.hostname if endpoint else None,
+        "server.port": endpoint.port if endpoint else None,
+        # no credentials or query string: scheme, host, port and path only
+        "endpoint": f"{endpoint.scheme}://{endpoint.netloc.rpartition('@')[2]}{endpoint.path}" if endpoint else None,
+        "extractive": isinstance(generator, ExtractiveGenerator),
+    }
