@@ -27,7 +27,12 @@ async def main() -> None:
     embedder = embedder_from_settings(settings, streams=settings.embedding_streams)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(
-        open_milvus_stores, settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True
+        open_milvus_stores,
+        settings,
+        model_id=embedder.model_id,
+        dimension=embedder.dimension,
+        provider=embedder.provider,
+        writer=True,
     )
     components = build_components(settings, embedder, stores.chunks, stores.registry, metrics)
     flusher = wal_flusher(settings, stores)
@@ -37,16 +42,17 @@ async def main() -> None:
     await run_recovery(components)
     running = await start_ingest_server(settings, components, metrics=metrics)
     logger.info(
-        "ingest service ready on %s:%d (store %s, model %s)",
+        "ingest service ready on %s:%d (store %s, model %s, %s provider, %d dimensions)",
         settings.host,
         running.port,
         settings.milvus_uri,
         embedder.model_id,
+        embedder.provider,
+        embedder.dimension,
     )
 
     async def on_stop() -> None:
-        await components.jobs.drain(settings.shutdown_grace_s)
-        await components.pipeline.close()
+        await components.stop(settings.shutdown_grace_s)
         if flushing is not None and flusher is not None:
             flushing.cancel()
             await asyncio.to_thread(flusher.flush_if_due, force=True)

@@ -10,13 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ingest_service.admission import AdmissionGate
+from ingest_service.byte_budget import ByteBudget
 from ingest_service.chunk_planner import ChunkPlannerImpl
 from ingest_service.clean import clean_blocks
-from ingest_service.documents import DocumentRecovery, DocumentService
+from ingest_service.documents import DocumentService
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.extract import build_default_registry
 from ingest_service.extract.base import ExtractionLimits
+from ingest_service.ingestions import Ingestions
 from ingest_service.jobs import IngestJobRunner
+from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
 from ragrpc.config import Settings
@@ -41,12 +44,19 @@ def clean_document(document: ExtractedDocument) -> ExtractedDocument:
 @dataclass
 class IngestComponents:
     pipeline: IngestPipeline
+    lifecycle: DocumentLifecycle
+    ingestions: Ingestions
     documents: DocumentService
-    recovery: DocumentRecovery
     jobs: IngestJobRunner
     executor: ThreadPoolExecutor
     gate: AdmissionGate
     store_executor: ThreadPoolExecutor
+
+    async def stop(self, grace_s: float) -> None:
+        """At shutdown: running jobs and ingestions get `grace_s` to finish, the rest is rolled back."""
+        await self.jobs.drain(grace_s)
+        await self.ingestions.drain(grace_s)
+        await self.lifecycle.close()
 
     def shutdown(self) -> None:
         """Stops both executors without waiting for queued work (recovery finishes it at start)."""
@@ -79,41 +89,43 @@ def build_components(
         batch_size=settings.embedding_call_size,
         concurrency=embedder.streams,
     )
+    lifecycle = DocumentLifecycle(registry, chunks, store_executor)
     pipeline = IngestPipeline(
         extractor=build_default_registry(ExtractionLimits()),
         planner=planner,
         embedder=embedder,
         batcher=batcher,
         chunks=chunks,
-        registry=registry,
+        lifecycle=lifecycle,
         executor=executor,
-        store_executor=store_executor,
         embed_batch_size=settings.embedding_call_size,
         document_timeout_s=settings.document_timeout_s,
         clean=clean_document,
         observer=IngestMetricsObserver(metrics) if metrics else None,
+        memory=ByteBudget(settings.extraction_memory_bytes),
     )
-    documents = DocumentService(registry, chunks)
+    ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
+    documents = DocumentService(registry, lifecycle)
     gate = AdmissionGate(settings.max_pending_documents)
     if metrics is not None:
         metrics.ingest_queue_depth.set_function(lambda: gate.pending)
-    jobs = IngestJobRunner(pipeline, registry, executor, gate, concurrency=settings.ingest_concurrency)
-    return IngestComponents(
-        pipeline, documents, DocumentRecovery(registry, chunks), jobs, executor, gate, store_executor
-    )
+    jobs = IngestJobRunner(ingestions, registry, executor, gate)
+    return IngestComponents(pipeline, lifecycle, ingestions, documents, jobs, executor, gate, store_executor)
 
 
 async def start_ingest_server(
     settings: Settings, components: IngestComponents, address: str | None = None, metrics: Metrics | None = None
 ) -> RunningServer:
     servicer = IngestServicer(
-        pipeline=components.pipeline,
+        ingestions=components.ingestions,
         documents=components.documents,
         jobs=components.jobs,
         gate=components.gate,
         executor=components.executor,
         max_upload_bytes=settings.max_upload_bytes,
         max_batch_documents=settings.max_batch_documents,
+        upload_memory_bytes=settings.upload_memory_bytes,
+        spool_directory=settings.upload_spool_dir or None,
     )
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server)
@@ -128,5 +140,5 @@ async def start_ingest_server(
 
 
 async def run_recovery(components: IngestComponents) -> None:
-    counts = await asyncio.get_running_loop().run_in_executor(components.executor, components.recovery.run)
+    counts = await asyncio.get_running_loop().run_in_executor(components.executor, components.lifecycle.recover)
     logger.info("recovery done: %s", counts)

@@ -7,9 +7,11 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 
 from ingest_service.jobs import JobSummary
+from ingest_service.lifecycle import document_etag
 from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import DocumentSpecInput
 from ragrpc import errors
+from ragrpc.grpc_errors import basic_status
 from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
 from ragrpc.v1 import ingest_pb2
 
@@ -90,6 +92,7 @@ def document_to_pb(record: DocumentRecord) -> ingest_pb2.Document:
         doc.create_time.CopyFrom(_timestamp(record.created_at))
     if record.updated_at:
         doc.update_time.CopyFrom(_timestamp(record.updated_at))
+    doc.etag = document_etag(record)
     return doc
 
 
@@ -104,6 +107,9 @@ def progress_to_pb(index: int, event: ProgressEvent) -> ingest_pb2.DocumentProgr
         error_message=event.error,
         unchanged=event.unchanged,
         error_code=event.error_code,
+        status=basic_status(event.error_code, event.error, event.error_reason, event.error_metadata)
+        if event.state == DocumentState.FAILED and event.error_code
+        else None,
     )
 
 
@@ -124,6 +130,8 @@ def job_to_pb(job: IngestJobRecord) -> ingest_pb2.IngestJob:
             error=entry.get("error", ""),
             error_code=entry.get("error_code", ""),
             unchanged=entry.get("unchanged", False),
+            error_reason=entry.get("error_reason", ""),
+            error_metadata=dict(entry.get("error_metadata") or {}),
         )
         result.documents.append(progress_to_pb(int(entry.get("index", 0)), event))
     if job.done and job.summary:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ingest_service.metadata import document_metadata
 from ingest_service.requests import IngestItem
@@ -53,7 +53,7 @@ def parse_date(text: str) -> int:
     except ValueError:
         return 0
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp())
 
 
@@ -63,7 +63,7 @@ _DERIVED_KEYS = ("size_bytes", "sha256", "file_name", "source")  # already first
 def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFacts:
     spec = item.spec
     meta = document_metadata(
-        extracted, data=item.content, file_name=spec.file_name, source=spec.source, sha256=item.content_hash
+        extracted, file_name=spec.file_name, source=spec.source, sha256=item.content_hash, size_bytes=item.size
     )
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}
     merged = {**extra, **spec.metadata}
@@ -72,7 +72,7 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
         title=spec.title or meta.title or "untitled",
         media_type=extracted.media_type,
         content_hash=item.content_hash,
-        size_bytes=len(item.content),
+        size_bytes=item.size,
         author=meta.author,
         language=meta.language,
         page_count=meta.page_count,

@@ -1,7 +1,8 @@
 """Ingestion jobs: a batch of documents processed by a background task.
 
 The task belongs to the service, not to the call: a caller that disconnects only stops
-listening. Progress is kept in the job record, persisted in the store after every
+listening. Each document is an ingestion of its own (`Ingestions`), sharing the service's
+document slots with uploads. Progress is kept in the job record, persisted in the store after every
 finished document, so GetIngestJob answers from any replica and after a restart.
 """
 
@@ -15,8 +16,9 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 
-from ingest_service.admission import AdmissionGate
-from ingest_service.pipeline import IngestPipeline, ProgressEvent
+from ingest_service.admission import AdmissionGate, Reservation
+from ingest_service.ingestions import Ingestions
+from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import IngestItem
 from ragrpc import errors
 from ragrpc.models import DocumentState, IngestJobRecord
@@ -51,28 +53,34 @@ class IngestJobRunner:
 
     def __init__(
         self,
-        pipeline: IngestPipeline,
+        ingestions: Ingestions,
         registry: DocumentRegistry,
         executor: Executor,
         gate: AdmissionGate,
-        concurrency: int = 2,
         progress_interval_s: float = 1.0,
     ) -> None:
-        self._pipeline = pipeline
+        self._ingestions = ingestions
         self._progress_interval_s = progress_interval_s
         self._persisted_at: dict[str, float] = {}
         self._gate = gate
         self._registry = registry
         self._executor = executor
-        self._concurrency = max(1, concurrency)
-        self._slots: asyncio.Semaphore | None = None
-        self._slots_loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, tenant: str, items: list[IngestItem]) -> tuple[str, AsyncIterator[JobEvent]]:
         """Starts a job; returns its id and an iterator of its events (ending after the summary).
         Raises LimitExceededError when the service already has too many documents queued."""
-        self._gate.reserve(len(items))
+        reservation = self._gate.reserve(len(items))
+        try:
+            job_id, events = await self._start(tenant, items, reservation)
+        except BaseException:  # incl. a caller cancelled while the job record is written
+            reservation.release_all()
+            raise
+        return job_id, events
+
+    async def _start(
+        self, tenant: str, items: list[IngestItem], reservation: Reservation
+    ) -> tuple[str, AsyncIterator[JobEvent]]:
         job = IngestJobRecord(
             job_id=uuid.uuid4().hex,
             tenant=tenant,
@@ -85,7 +93,7 @@ class IngestJobRunner:
         await self._persist(job)
         self._persisted_at[job.job_id] = time.monotonic()
         queue: asyncio.Queue[object] = asyncio.Queue()
-        task = asyncio.create_task(self._run(job, items, queue))
+        task = asyncio.create_task(self._run(job, items, reservation, queue))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.job_id, self._follow(queue)
@@ -103,18 +111,17 @@ class IngestJobRunner:
                 assert isinstance(event, JobEvent)
                 yield event
 
-    async def _run(self, job: IngestJobRecord, items: list[IngestItem], queue: asyncio.Queue[object]) -> None:
+    async def _run(
+        self, job: IngestJobRecord, items: list[IngestItem], reservation: Reservation, queue: asyncio.Queue[object]
+    ) -> None:
         started = time.monotonic()
         summary = JobSummary()
-        slots = self._document_slots()
-
-        async def one(index: int, item: IngestItem) -> None:
-            async with slots:
-                await self._ingest_one(job, index, item, summary, queue)
-
         try:
-            await asyncio.gather(*(one(i, it) for i, it in enumerate(items)))
+            await asyncio.gather(
+                *(self._ingest_one(job, i, it, reservation, summary, queue) for i, it in enumerate(items))
+            )
         finally:
+            reservation.release_all()  # documents never submitted (the job was cancelled at shutdown)
             summary.elapsed_seconds = time.monotonic() - started
             job.done = True
             job.summary = asdict(summary)
@@ -123,43 +130,29 @@ class IngestJobRunner:
             queue.put_nowait(JobEvent(job.job_id, summary=summary))
             queue.put_nowait(_END)
 
-    def _document_slots(self) -> asyncio.Semaphore:
-        """`concurrency` documents in flight across all jobs of the service: a job that arrives
-        while another one finishes its last documents starts in the slots they free (the model
-        stays fed between consecutive batches), and many concurrent jobs do not multiply the
-        documents in flight. Waiters are served first come, first served."""
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots_loop is not loop:
-            self._slots, self._slots_loop = asyncio.Semaphore(self._concurrency), loop
-        return self._slots
-
     async def _ingest_one(
-        self, job: IngestJobRecord, index: int, item: IngestItem, summary: JobSummary, queue: asyncio.Queue[object]
+        self,
+        job: IngestJobRecord,
+        index: int,
+        item: IngestItem,
+        reservation: Reservation,
+        summary: JobSummary,
+        queue: asyncio.Queue[object],
     ) -> None:
         def report(event: ProgressEvent) -> None:
             job.documents[index] = progress_row(index, event)
             queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
 
         try:
-            outcome = await self._pipeline.ingest(item, report)
+            outcome = await asyncio.shield(self._ingestions.submit(item, reservation, report))
         except errors.RagrpcError as exc:
             summary.failed += 1
             if job.documents[index].get("stage") != "done":  # failed before the pipeline reported it
-                report(
-                    ProgressEvent(
-                        item.spec.document_id,
-                        "done",
-                        DocumentState.FAILED,
-                        error=exc.message,
-                        error_code=errors.status_name(exc),
-                    )
-                )
+                report(ProgressEvent.failed(item.spec.document_id, exc))
         else:
             summary.succeeded += 1
             summary.unchanged += int(outcome.unchanged)
             summary.chunks_written += outcome.chunks_written
-        finally:
-            self._gate.release()
         await self._persist_progress(job)
 
     async def _persist_progress(self, job: IngestJobRecord) -> None:

@@ -56,15 +56,23 @@ def _title_fallback(extracted: ExtractedDocument, file_name: str) -> str:
 
 
 def document_metadata(
-    extracted: ExtractedDocument, *, data: bytes, file_name: str = "", source: str = "", sha256: str = ""
+    extracted: ExtractedDocument,
+    *,
+    data: bytes = b"",
+    file_name: str = "",
+    source: str = "",
+    sha256: str = "",
+    size_bytes: int | None = None,
 ) -> DocumentMetadata:
     """A copy of extracted.metadata with title, language, size, hash (and source) filled in.
 
     extra gains "size_bytes", "sha256" (`sha256` when the caller has it, else computed), "file_name"
-    and "source" (when given)."""
+    and "source" (when given). `size_bytes` when the caller has it (the bytes may no longer be in
+    memory), else len(data)."""
     found = extracted.metadata
     extra = dict(found.extra)
-    extra.update({"size_bytes": str(len(data)), "sha256": sha256 or content_hash(data)})
+    size = len(data) if size_bytes is None else size_bytes
+    extra.update({"size_bytes": str(size), "sha256": sha256 or content_hash(data)})
     if file_name:
         extra["file_name"] = file_name
     if source:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import tempfile
 from dataclasses import dataclass, field
 
 from ragrpc import errors
@@ -34,18 +35,66 @@ class DocumentSpecInput:
     chunk_overlap_tokens: int = 0
 
 
+class SpooledUpload:
+    """The bytes of an upload as they arrive: in memory up to `memory_limit` bytes, then in a
+    temporary file (deleted on close), hashed on the way in. Many uploads waiting for their turn
+    then cost disk, not memory; only the documents being extracted are read back whole."""
+
+    def __init__(self, memory_limit: int, directory: str | None = None) -> None:
+        self._file = tempfile.SpooledTemporaryFile(max_size=memory_limit, dir=directory)
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._hash.update(data)
+        self.size += len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    @property
+    def on_disk(self) -> bool:
+        return bool(getattr(self._file, "_rolled", False))
+
+    def read(self) -> bytes:
+        self._file.seek(0)
+        return self._file.read()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @dataclass
 class IngestItem:
-    """One document to ingest: its spec and bytes, for one tenant."""
+    """One document to ingest, for one tenant: its spec and its bytes (inline `content`, or an
+    `upload` spooled as it arrived)."""
 
     tenant: str
     spec: DocumentSpecInput
-    content: bytes
+    content: bytes = b""
+    upload: SpooledUpload | None = None
+
+    @property
+    def size(self) -> int:
+        return self.upload.size if self.upload is not None else len(self.content)
+
+    def read(self) -> bytes:
+        """The bytes (read back from the spool for an upload: call it off the event loop)."""
+        return self.upload.read() if self.upload is not None else self.content
 
     @functools.cached_property
     def content_hash(self) -> str:
         """SHA-256 of the bytes, computed once (the pipeline asks for it off the event loop)."""
+        if self.upload is not None:
+            return self.upload.sha256
         return hashlib.sha256(self.content).hexdigest()
+
+    def close(self) -> None:
+        """Drops a spooled upload's bytes (when its ingestion has ended)."""
+        if self.upload is not None:
+            self.upload.close()
 
 
 def derived_document_id(content_hash: str) -> str:

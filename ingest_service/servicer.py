@@ -10,11 +10,11 @@ from concurrent.futures import Executor
 import grpc
 
 from ingest_service import convert
-from ingest_service.admission import AdmissionGate
+from ingest_service.admission import AdmissionGate, Reservation
 from ingest_service.documents import DocumentService
+from ingest_service.ingestions import Ingestions
 from ingest_service.jobs import IngestJobRunner
-from ingest_service.pipeline import IngestPipeline
-from ingest_service.requests import IngestItem
+from ingest_service.requests import IngestItem, SpooledUpload
 from ragrpc import errors
 from ragrpc.request_context import current_tenant
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
@@ -24,16 +24,20 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     def __init__(
         self,
         *,
-        pipeline: IngestPipeline,
+        ingestions: Ingestions,
         documents: DocumentService,
         jobs: IngestJobRunner,
         gate: AdmissionGate,
         executor: Executor,
         max_upload_bytes: int,
         max_batch_documents: int,
+        upload_memory_bytes: int = 8 << 20,
+        spool_directory: str | None = None,
     ) -> None:
-        self._pipeline = pipeline
+        self._ingestions = ingestions
         self._gate = gate
+        self._upload_memory = upload_memory_bytes
+        self._spool_directory = spool_directory
         self._documents = documents
         self._jobs = jobs
         self._executor = executor
@@ -47,13 +51,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def UploadDocument(
         self, request_iterator: AsyncIterator[ingest_pb2.UploadDocumentRequest], context: grpc.aio.ServicerContext
     ) -> ingest_pb2.UploadDocumentResponse:
-        header, content = await self._receive_upload(request_iterator)
-        item = IngestItem(tenant=current_tenant(), spec=convert.spec_from_pb(header), content=content)
-        self._gate.reserve(1)
-        try:
-            outcome = await self._pipeline.ingest(item)
-        finally:
-            self._gate.release()
+        header, upload, reservation = await self._receive_upload(request_iterator)
+        item = IngestItem(tenant=current_tenant(), spec=convert.spec_from_pb(header), upload=upload)
+        # The ingestion is the service's: a caller that cancels or times out only stops waiting.
+        outcome = await asyncio.shield(self._ingestions.submit(item, reservation))
         return ingest_pb2.UploadDocumentResponse(
             document=convert.document_to_pb(outcome.record), unchanged=outcome.unchanged
         )
@@ -61,31 +62,46 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def _receive_upload(
         self,
         stream: AsyncIterator[ingest_pb2.UploadDocumentRequest],
-    ) -> tuple[ingest_pb2.DocumentSpec, bytes]:
+    ) -> tuple[ingest_pb2.DocumentSpec, SpooledUpload, Reservation]:
+        """Reads the upload: admission is reserved when the header arrives (so a busy service
+        refuses before the body is sent), the bytes are spooled (to disk past
+        RAGRPC_UPLOAD_MEMORY_BYTES). On any failure, a cancellation included, the reservation
+        is released and the spool dropped."""
         header: ingest_pb2.DocumentSpec | None = None
-        parts: list[bytes] = []
-        size = 0
-        async for message in stream:
-            if message.HasField("header"):
-                if header is not None:
-                    raise errors.InvalidInputError("the header may only be sent once, first", field="header")
-                header = message.header
-                continue
-            if header is None:
-                raise errors.InvalidInputError("the first message of an upload must carry the header", field="header")
-            size += len(message.data)
-            if size > self._max_upload:
-                raise errors.LimitExceededError(
-                    f"the upload exceeds the maximum size of {self._max_upload} bytes (RAGRPC_MAX_UPLOAD_BYTES)",
-                    reason="UPLOAD_TOO_LARGE",
-                    metadata={"limit_bytes": str(self._max_upload)},
-                )
-            parts.append(message.data)
-        if header is None:
-            raise errors.InvalidInputError("the upload carried no header", field="header")
-        if not header.file_name:
-            raise errors.InvalidInputError("header.file_name is required", field="header.file_name")
-        return header, b"".join(parts)
+        reservation: Reservation | None = None
+        upload = SpooledUpload(self._upload_memory, self._spool_directory)
+        try:
+            async for message in stream:
+                if message.HasField("header"):
+                    if header is not None:
+                        raise errors.InvalidInputError("the header may only be sent once, first", field="header")
+                    header = message.header
+                    if not header.file_name:
+                        raise errors.InvalidInputError("header.file_name is required", field="header.file_name")
+                    reservation = self._gate.reserve(1)
+                    continue
+                if header is None:
+                    raise errors.InvalidInputError(
+                        "the first message of an upload must carry the header", field="header"
+                    )
+                if upload.size + len(message.data) > self._max_upload:
+                    raise errors.LimitExceededError(
+                        f"the upload exceeds the maximum size of {self._max_upload} bytes (RAGRPC_MAX_UPLOAD_BYTES)",
+                        reason="UPLOAD_TOO_LARGE",
+                        metadata={"limit_bytes": str(self._max_upload)},
+                    )
+                if upload.size + len(message.data) > self._upload_memory and not upload.on_disk:
+                    await self._run(upload.write, message.data)  # the roll-over to disk copies what came so far
+                else:
+                    upload.write(message.data)
+            if header is None or reservation is None:
+                raise errors.InvalidInputError("the upload carried no header", field="header")
+        except BaseException:
+            if reservation is not None:
+                reservation.release_all()
+            upload.close()
+            raise
+        return header, upload, reservation
 
     async def IngestDocuments(
         self, request: ingest_pb2.IngestDocumentsRequest, context: grpc.aio.ServicerContext
@@ -145,11 +161,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         self, request: ingest_pb2.UpdateDocumentRequest, context: grpc.aio.ServicerContext
     ) -> ingest_pb2.UpdateDocumentResponse:
         doc = request.document
-        record = await self._run(
-            self._documents.update,
+        record = await self._documents.update(
             current_tenant(),
             doc.document_id,
             fields=list(request.update_mask.paths),
+            etag=doc.etag,
             title=doc.title,
             tags=list(doc.tags),
             metadata=dict(doc.metadata),
@@ -159,7 +175,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def DeleteDocument(
         self, request: ingest_pb2.DeleteDocumentRequest, context: grpc.aio.ServicerContext
     ) -> ingest_pb2.DeleteDocumentResponse:
-        deleted = await self._run(self._documents.delete, current_tenant(), request.document_id)
+        deleted = await self._documents.delete(current_tenant(), request.document_id)
         return ingest_pb2.DeleteDocumentResponse(chunks_deleted=deleted)
 
     async def GetIngestJob(

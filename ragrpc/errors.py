@@ -95,6 +95,13 @@ class ModelMismatchError(PreconditionError):
     default_reason = "EMBEDDING_MODEL_MISMATCH"
 
 
+class AbortedError(RagrpcError):
+    """A concurrent change got in the way (the document was deleted while it was being ingested, an
+    etag is stale, an ingestion holds the document); the caller may read the resource again and retry."""
+
+    default_reason = "ABORTED"
+
+
 class UnauthenticatedError(RagrpcError):
     default_reason = "UNAUTHENTICATED"
 
@@ -130,6 +137,7 @@ _STATUS_NAMES: list[tuple[type[RagrpcError], str]] = [
     (NotFoundError, "NOT_FOUND"),
     (AlreadyExistsError, "ALREADY_EXISTS"),
     (PreconditionError, "FAILED_PRECONDITION"),
+    (AbortedError, "ABORTED"),
     (UnauthenticatedError, "UNAUTHENTICATED"),
     (UnavailableError, "UNAVAILABLE"),
     (DeadlineError, "DEADLINE_EXCEEDED"),

@@ -43,15 +43,20 @@ def clip(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     return data[:limit].decode("utf-8", "ignore") + "…"
 
 
+def basic_status(code_name: str, message: str, reason: str, metadata: dict[str, str]) -> status_pb2.Status:
+    """A google.rpc.Status with its ErrorInfo, from an error's parts (e.g. as kept in a job record)."""
+    code = getattr(code_pb2, code_name, code_pb2.INTERNAL)
+    status = status_pb2.Status(code=code, message=clip(message))
+    clipped = {clip(k, MAX_METADATA_VALUE_BYTES): clip(str(v), MAX_METADATA_VALUE_BYTES) for k, v in metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=reason or code_name, domain=ERROR_DOMAIN, metadata=clipped)
+    status.details.add().Pack(info)
+    return status
+
+
 def rich_status(error: errors.RagrpcError) -> tuple[grpc.StatusCode, status_pb2.Status]:
     """The gRPC code and google.rpc.Status (with details) for an error."""
     code = status_code_for(error)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=clip(error.message))
-    metadata = {
-        clip(k, MAX_METADATA_VALUE_BYTES): clip(str(v), MAX_METADATA_VALUE_BYTES) for k, v in error.metadata.items()
-    }
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
-    status.details.add().Pack(info)
+    status = basic_status(code.name, error.message, error.reason, error.metadata)
     violations = getattr(error, "field_violations", [])
     if violations:
         bad = error_details_pb2.BadRequest()

@@ -63,6 +63,7 @@ class FakeStack:
     ingest_address: str = ""
     query_address: str = ""
     follower: Any = None  # the query service's RegistryFollower, once running
+    ingest: Any = None  # the ingest service's IngestComponents, once running
 
     def caught_up(self, timeout_s: float = 10.0) -> None:
         """Blocks (call it from a thread, or via `await stack.followed()`) until the query service's
@@ -97,6 +98,7 @@ async def running_stack(settings: Settings, stores: FakeStack) -> AsyncIterator[
     ingest_server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
     query_server = await start_query_server(settings, query, "127.0.0.1:0")
     stores.follower = query.follower
+    stores.ingest = ingest
     stores.ingest_address = f"127.0.0.1:{ingest_server.port}"
     stores.query_address = f"127.0.0.1:{query_server.port}"
     try:

@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -77,7 +78,7 @@ class ChunkingOptions(_message.Message):
     def __init__(self, strategy: _Optional[_Union[ChunkingStrategy, str]] = ..., chunk_size_tokens: _Optional[int] = ..., chunk_overlap_tokens: _Optional[int] = ...) -> None: ...
 
 class Document(_message.Message):
-    __slots__ = ("document_id", "collection", "source", "title", "media_type", "content_hash", "state", "error_message", "chunk_count", "page_count", "pages_without_text", "size_bytes", "author", "language", "tags", "metadata", "chunker", "document_time", "create_time", "update_time")
+    __slots__ = ("document_id", "collection", "source", "title", "media_type", "content_hash", "state", "error_message", "chunk_count", "page_count", "pages_without_text", "size_bytes", "author", "language", "tags", "metadata", "chunker", "document_time", "create_time", "update_time", "etag")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +106,7 @@ class Document(_message.Message):
     DOCUMENT_TIME_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
     document_id: str
     collection: str
     source: str
@@ -125,7 +127,8 @@ class Document(_message.Message):
     document_time: _timestamp_pb2.Timestamp
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, document_id: _Optional[str] = ..., collection: _Optional[str] = ..., source: _Optional[str] = ..., title: _Optional[str] = ..., media_type: _Optional[str] = ..., content_hash: _Optional[str] = ..., state: _Optional[_Union[DocumentState, str]] = ..., error_message: _Optional[str] = ..., chunk_count: _Optional[int] = ..., page_count: _Optional[int] = ..., pages_without_text: _Optional[_Iterable[int]] = ..., size_bytes: _Optional[int] = ..., author: _Optional[str] = ..., language: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., chunker: _Optional[str] = ..., document_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    etag: str
+    def __init__(self, document_id: _Optional[str] = ..., collection: _Optional[str] = ..., source: _Optional[str] = ..., title: _Optional[str] = ..., media_type: _Optional[str] = ..., content_hash: _Optional[str] = ..., state: _Optional[_Union[DocumentState, str]] = ..., error_message: _Optional[str] = ..., chunk_count: _Optional[int] = ..., page_count: _Optional[int] = ..., pages_without_text: _Optional[_Iterable[int]] = ..., size_bytes: _Optional[int] = ..., author: _Optional[str] = ..., language: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., chunker: _Optional[str] = ..., document_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
 
 class DocumentSpec(_message.Message):
     __slots__ = ("document_id", "file_name", "media_type", "collection", "source", "title", "tags", "metadata", "password", "chunking")
@@ -189,7 +192,7 @@ class IngestDocumentsRequest(_message.Message):
     def __init__(self, documents: _Optional[_Iterable[_Union[InlineDocument, _Mapping]]] = ...) -> None: ...
 
 class DocumentProgress(_message.Message):
-    __slots__ = ("index", "document_id", "stage", "state", "chunk_count", "chunks_embedded", "error_message", "unchanged", "error_code")
+    __slots__ = ("index", "document_id", "stage", "state", "chunk_count", "chunks_embedded", "error_message", "unchanged", "error_code", "status")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +202,7 @@ class DocumentProgress(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     index: int
     document_id: str
     stage: IngestStage
@@ -208,7 +212,8 @@ class DocumentProgress(_message.Message):
     error_message: str
     unchanged: bool
     error_code: str
-    def __init__(self, index: _Optional[int] = ..., document_id: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., state: _Optional[_Union[DocumentState, str]] = ..., chunk_count: _Optional[int] = ..., chunks_embedded: _Optional[int] = ..., error_message: _Optional[str] = ..., unchanged: _Optional[bool] = ..., error_code: _Optional[str] = ...) -> None: ...
+    status: _status_pb2.Status
+    def __init__(self, index: _Optional[int] = ..., document_id: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., state: _Optional[_Union[DocumentState, str]] = ..., chunk_count: _Optional[int] = ..., chunks_embedded: _Optional[int] = ..., error_message: _Optional[str] = ..., unchanged: _Optional[bool] = ..., error_code: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class IngestSummary(_message.Message):
     __slots__ = ("succeeded", "failed", "unchanged", "chunks_written", "elapsed_seconds")

@@ -83,7 +83,15 @@ class IngestServiceServicer:
         following message carries a piece of the file in `data`. The server answers once,
         after the document is ACTIVE (or returns an error, in which case nothing of the
         document is stored). Files larger than the configured maximum upload size fail with
-        RESOURCE_EXHAUSTED; an unsupported media type with INVALID_ARGUMENT.
+        RESOURCE_EXHAUSTED; an unsupported media type with INVALID_ARGUMENT; a busy service
+        with RESOURCE_EXHAUSTED (INGEST_QUEUE_FULL) as soon as the header arrives.
+
+        Once the whole file has arrived, the ingestion belongs to the service: a caller that
+        cancels, disconnects or runs past its deadline only stops waiting. The ingestion
+        finishes or fails by itself (within the service's document timeout), and GetDocument
+        shows how it ended (ACTIVE, or FAILED with the reason). A DeleteDocument of the same
+        document meanwhile wins: the ingestion is cancelled and rolled back, and the upload
+        fails with ABORTED (DELETED_DURING_INGESTION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,13 +127,21 @@ class IngestServiceServicer:
 
     def UpdateDocument(self, request, context):
         """Updates a document's title, tags or metadata without re-extracting or re-embedding it.
+        With `document.etag` set, the update applies only if the document is unchanged since that
+        etag was read, else ABORTED (ETAG_MISMATCH) (AIP-154). While an ingestion of the document
+        runs or waits, the update fails with ABORTED (DOCUMENT_BUSY) and nothing changes; a
+        document that is not ACTIVE fails with FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteDocument(self, request, context):
-        """Deletes a document and all its chunks. NOT_FOUND when it does not exist.
+        """Deletes a document and all its chunks. NOT_FOUND when it does not exist. A delete wins
+        over ingestion: ingestions of the document in flight are cancelled and rolled back first
+        (they end with ABORTED), so the deleted document does not come back. Answers OK with
+        chunks_deleted 0 when the only trace of the document was an ingestion that had not
+        written it yet.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -75,7 +75,7 @@ async def _freshness(settings: Settings, embedder: SentenceTransformerEmbedder, 
                 return bool(result.hits)
 
             added.append(await _until(found))
-            ingest.documents.delete(bulk.TENANT, spec.document_id)
+            await ingest.documents.delete(bulk.TENANT, spec.document_id)
 
             async def gone(word: str = word) -> bool:
                 result = await query.retrieval.retrieve(
@@ -88,7 +88,7 @@ async def _freshness(settings: Settings, embedder: SentenceTransformerEmbedder, 
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await ingest.pipeline.close()
+        await ingest.lifecycle.close()
         ingest.shutdown()
     return {"ingest_to_searchable_s": statistics.median(added), "delete_to_gone_s": statistics.median(deleted)}
 

@@ -99,14 +99,14 @@ async def test_more_documents_and_chunks_than_a_page(world: World) -> None:
         dense = await query.retrieval.retrieve(RetrievalQuery(text=_word(i), tenant="t1", mode="dense", top_k=3))
         assert f"doc-{i:02d}" in [h.chunk.document_id for h in dense.hits], i
 
-    ingest.documents.update("t1", "manual", fields=["tags"], tags=["v2"])
+    await ingest.documents.update("t1", "manual", fields=["tags"], tags=["v2"])
     assert all(c.tags == ("v2",) for c in _chunks_of(world, "manual"))
     assert len(_chunks_of(world, "manual")) == manual.chunk_count
     query.follower.poll()
     tagged = await query.retrieval.retrieve(RetrievalQuery(text="gearbox", tenant="t1", mode="sparse", tags=["v2"]))
     assert {h.chunk.document_id for h in tagged.hits} == {"manual"}
 
-    assert ingest.documents.delete("t1", "manual") == manual.chunk_count
+    assert await ingest.documents.delete("t1", "manual") == manual.chunk_count
     assert _chunks_of(world, "manual") == [] and world.registry.get("t1", "manual") is None
     query.follower.poll()
     gone = await query.retrieval.retrieve(RetrievalQuery(text="gearbox", tenant="t1", mode="sparse"))
@@ -131,7 +131,7 @@ async def test_recovery_rolls_back_more_interrupted_attempts_than_a_page(world: 
             kind=ChunkKind.RETRIEVABLE,
         )
         world.chunks.insert_chunks([leftover])
-    counts = ingest.recovery.run()
+    counts = ingest.lifecycle.recover()
     assert counts["attempts_rolled_back"] == len(interrupted)
     records = all_records(world.registry)
     assert {r.state for r in records} == {DocumentState.ACTIVE} and not any(r.pending_generation for r in records)

@@ -71,11 +71,11 @@ async def test_twenty_thousand_documents(tmp_path: Path) -> None:
             dense = await query.retrieval.retrieve(RetrievalQuery(text=text, tenant="t", mode="dense", top_k=50))
             assert f"d{i:05d}" in [h.chunk.document_id for h in dense.hits]
 
-        counts = ingest.recovery.run()
+        counts = ingest.lifecycle.recover()
         assert not any(counts.values())
         report = check_invariants(stores.chunks, stores.registry, tenant="t")
         assert report.documents == DOCUMENTS and not report.problems, report.problems[:5]
-        await ingest.pipeline.close()
+        await ingest.lifecycle.close()
         ingest.shutdown()
         query.executor.shutdown(wait=False)
     finally:

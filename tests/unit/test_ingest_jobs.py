@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 from ingest_service.app import build_components
 from ingest_service.jobs import JobEvent, JobSummary, latest_per_document
-from ingest_service.pipeline import IngestOutcome, ProgressCallback, ProgressEvent
+from ingest_service.pipeline import IngestOutcome, ProgressEvent
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from ragrpc.config import Settings
 from ragrpc.models import DocumentState
@@ -24,23 +25,23 @@ async def test_concurrent_jobs_share_the_documents_in_flight_limit() -> None:
     chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
     settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=3)
     app = build_components(settings, HashingEmbedder(), chunks, registry)
-    real_ingest = app.pipeline.ingest
+    real_ingest = app.pipeline._ingest_locked  # what runs once a document has its slot
     running: set[str] = set()
     peak = 0
     order: list[str] = []
 
-    async def observed(item: IngestItem, progress: ProgressCallback | None = None) -> IngestOutcome:
+    async def observed(item: IngestItem, *args: Any) -> IngestOutcome:
         nonlocal peak
         running.add(item.spec.document_id)
         peak = max(peak, len(running))
         order.append(item.spec.document_id)
         try:
             await asyncio.sleep(0.01)  # long enough for every waiting document to try to start
-            return await real_ingest(item, progress)
+            return await real_ingest(item, *args)
         finally:
             running.discard(item.spec.document_id)
 
-    app.pipeline.ingest = observed  # type: ignore[method-assign]
+    app.pipeline._ingest_locked = observed  # type: ignore[method-assign]
     first_id, first = await app.jobs.start("t1", [_item(n) for n in range(5)])
     second_id, second = await app.jobs.start("t1", [_item(n) for n in range(5, 10)])
 
@@ -105,4 +106,6 @@ async def test_a_stream_read_late_still_gets_every_documents_final_event() -> No
         "error": "",
         "error_code": "",
         "unchanged": False,
+        "error_reason": "",
+        "error_metadata": {},
     }

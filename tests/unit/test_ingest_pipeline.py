@@ -144,7 +144,7 @@ async def test_recovery_removes_leftovers_of_a_crash(parts) -> None:  # type: ig
             record, document_id="doc-5", state=DocumentState.PROCESSING, generation="", pending_generation="g5"
         )
     )
-    counts = app.recovery.run()
+    counts = app.lifecycle.recover()
     assert counts["attempts_rolled_back"] == 2
     assert chunk_count(chunks, "doc-4") == record.chunk_count
     assert registry.get("t1", "doc-4").pending_generation == ""
@@ -212,7 +212,7 @@ def flaky_parts() -> tuple[InMemoryChunkStore, FlakyRegistry, IngestComponents]:
     chunks, registry = InMemoryChunkStore(), FlakyRegistry()
     settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
     app = build_components(settings, HashingEmbedder(), chunks, registry)
-    app.pipeline._settle_delays = (0.02,)  # retry quickly in the test
+    app.lifecycle._settle_delays = (0.02,)  # retry quickly in the test
     return chunks, registry, app
 
 
@@ -227,11 +227,11 @@ async def test_failure_recorded_once_the_store_is_back_without_a_restart() -> No
     with pytest.raises(errors.UnavailableError):
         await app.pipeline.ingest(item(document_id="doc-9"))
     assert registry._docs["t1/doc-9"].state == DocumentState.PROCESSING  # could not be recorded yet
-    assert app.pipeline.unsettled == 1
+    assert app.lifecycle.unsettled == 1
     await asyncio.sleep(0.1)
-    assert app.pipeline.unsettled == 1  # still retrying while the store is down
+    assert app.lifecycle.unsettled == 1  # still retrying while the store is down
     registry.down = False
-    await wait_until(lambda: app.pipeline.unsettled == 0)
+    await wait_until(lambda: app.lifecycle.unsettled == 0)
     record = registry.get("t1", "doc-9")
     assert record.state == DocumentState.FAILED and record.pending_generation == ""
     assert "unreachable" in record.error and chunk_count(chunks, "doc-9") == 0
@@ -250,7 +250,7 @@ async def test_replaced_chunks_removed_once_the_store_is_back() -> None:
     chunks.delete_chunks = delete_fails_once  # type: ignore[method-assign]
     outcome = await app.pipeline.ingest(item(b"Swans are the largest waterfowl.", document_id="doc-10"))
     assert outcome.record.state == DocumentState.ACTIVE  # the new version is in place regardless
-    await wait_until(lambda: app.pipeline.unsettled == 0)
+    await wait_until(lambda: app.lifecycle.unsettled == 0)
     record = registry.get("t1", "doc-10")
     assert record.stale_generation == "" and record.generation != old
     assert [c.generation for c in chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-10"))] == [record.generation]
@@ -266,9 +266,9 @@ async def test_close_stops_waiting_for_the_store() -> None:
     chunks.insert_chunks = outage  # type: ignore[method-assign]
     with pytest.raises(errors.UnavailableError):
         await app.pipeline.ingest(item(document_id="doc-11"))
-    assert app.pipeline.unsettled == 1
-    await app.pipeline.close()
-    assert app.pipeline.unsettled == 0
+    assert app.lifecycle.unsettled == 1
+    await app.lifecycle.close()
+    assert app.lifecycle.unsettled == 0
 
 
 async def test_update_on_a_store_whose_upsert_breaks_partitions_copies_into_a_new_generation() -> None:
@@ -283,7 +283,7 @@ async def test_update_on_a_store_whose_upsert_breaks_partitions_copies_into_a_ne
     old_rows = {c.chunk_id: c for c in chunks.query_chunks(f.eq(s.DOCUMENT_ID, "doc-12"), with_vectors=True)}
     assert any(c.parent_id for c in old_rows.values())
 
-    record = app.documents.update("t1", "doc-12", fields=["tags"], tags=["birds"])
+    record = await app.documents.update("t1", "doc-12", fields=["tags"], tags=["birds"])
 
     assert record.generation != before.generation and not record.pending_generation and not record.stale_generation
     assert registry.get("t1", "doc-12").generation == record.generation

@@ -38,12 +38,12 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
     await ingest.pipeline.ingest(IngestItem("t1", spec, DUCKS))
     assert hits("mallard ducks") == ["birds"] and hits("mallard ducks", tags=["ducks"]) == ["birds"]
 
-    ingest.documents.update("t1", "birds", fields=["tags"], tags=["waterfowl"])
+    await ingest.documents.update("t1", "birds", fields=["tags"], tags=["waterfowl"])
     assert hits("mallard ducks", tags=["ducks"]) == []  # the old tag is gone from the index too
     assert hits("mallard ducks", tags=["waterfowl"]) == ["birds"]
 
     await ingest.pipeline.ingest(IngestItem("t1", dataclasses.replace(spec, tags=["waterfowl"]), SWANS))
     assert hits("mallard") == [] and hits("mute swans") == ["birds"]
 
-    ingest.documents.delete("t1", "birds")
+    await ingest.documents.delete("t1", "birds")
     assert hits("mute swans") == []

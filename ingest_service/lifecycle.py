@@ -1,0 +1,493 @@
+"""The lifecycle of a document: the one owner of its lock and of every write of its lifecycle fields
+(`state`, `generation`, `pending_generation`, `stale_generation`, `deleting`). The pipeline, the
+document service and start-up recovery call it; nothing else writes those fields.
+
+States and transitions (A, G: generations; the chunks queries show are those of `generation`):
+
+    (none)               --begin-->   PROCESSING, pending=G              first ingestion
+    FAILED               --begin-->   PROCESSING, pending=G              ingested again
+    ACTIVE gen=A         --begin-->   ACTIVE gen=A, pending=G            replacement: A stays visible
+    ... pending=G        --commit-->  ACTIVE gen=G, stale=A  -->  ACTIVE gen=G   (switch, then A's chunks go)
+    PROCESSING pending=G --fail-->    FAILED (G's chunks go)
+    ACTIVE pending=G     --fail-->    ACTIVE gen=A (G's chunks go)
+    ACTIVE               --update-->  ACTIVE (chunk fields rewritten in place, or copied to a fresh
+                                      generation G on servers whose upsert breaks partition routing:
+                                      pending=G, switch, stale=A, A's chunks go)
+    any                  --delete-->  deleting  -->  (none)              (chunks go, then the row)
+    at start, recover:   deleting -> (none); pending -> rolled back; stale -> removed;
+                         PENDING/PROCESSING -> ACTIVE when a generation is visible, else FAILED (ABORTED)
+
+Concurrency (one writer process; see ingest_service.writer_lease):
+- One lock per document. An attempt holds it from `begin` to `commit` or `fail`; `update` and
+  `delete` hold it while they write.
+- A delete wins over ingestion: it cancels the document's attempts (running, or waiting for the
+  lock or a document slot), their rollback finishes under the lock, then the delete runs. The
+  deleted document does not come back; the cancelled attempts end with ABORTED.
+- An update while an attempt of the document runs or waits is refused with ABORTED
+  (DOCUMENT_BUSY), nothing changed; an update with a stale etag with ABORTED (ETAG_MISMATCH).
+- The store writes of an attempt go through `Attempt.call`: when the attempt is cancelled or
+  times out, its rollback first waits for the writes still running in store threads, so no chunk
+  lands after the rollback deleted the attempt's chunks.
+- A failed attempt whose bookkeeping the store refused (Milvus unreachable) is settled in the
+  background, under the document's lock, as soon as the store answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ingest_service.chunk_records import copied_chunk_id, new_generation
+from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
+from ragrpc import errors
+from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, document_key
+from ragrpc.store import schema as s
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.store.filters import FilterBuilder
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
+_REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
+
+
+def document_etag(record: DocumentRecord) -> str:
+    """AIP-154 etag of a document: changes whenever anything a caller can see of it changes."""
+    visible = {
+        name: value
+        for name, value in dataclasses.asdict(record).items()
+        if name not in ("pending_generation", "stale_generation", "deleting")
+    }
+    digest = hashlib.sha256(json.dumps(visible, sort_keys=True, default=str).encode()).hexdigest()
+    return f'"{digest[:24]}"'
+
+
+@dataclass
+class Attempt:
+    """One ingestion attempt of a document, between `begin` and `commit` / `fail`."""
+
+    record: DocumentRecord  # what the attempt will commit; pending_generation = generation
+    existing: DocumentRecord | None  # the stored record when it began (the version it replaces)
+    generation: str
+    _executor: Executor
+    _in_flight: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """A store write of the attempt, in a store thread, tracked until it has finished."""
+        future = self._executor.submit(fn, *args)
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        return await asyncio.wrap_future(future)
+
+    async def quiesce(self) -> None:
+        """Waits for every write of the attempt still running in a store thread."""
+        running = [asyncio.wrap_future(f) for f in list(self._in_flight)]
+        if running:
+            await asyncio.wait(running)
+
+
+async def finish_despite_cancel(work: Awaitable[T]) -> T:
+    """Runs `work` to its end even when the caller is cancelled meanwhile (a rollback must not stop
+    half-way); a cancellation that arrived is raised afterwards."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
+
+
+class DocumentLifecycle:
+    """Owns the per-document locks and every transition of a document's lifecycle."""
+
+    def __init__(
+        self,
+        registry: DocumentRegistry,
+        chunks: ChunkStore,
+        store_executor: Executor,
+        *,
+        settle_delays_s: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0),
+    ) -> None:
+        self._registry = registry
+        self._chunks = chunks
+        self._executor = store_executor
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._attempts: dict[str, set[asyncio.Task[Any]]] = {}
+        self._deleted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._settling: set[asyncio.Task[None]] = set()
+        self._settle_delays = settle_delays_s
+
+    async def _store(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # ---- locks and attempts in flight -------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and not lock._waiters:  # type: ignore[attr-defined]
+                self._locks.pop(key, None)
+
+    @contextlib.contextmanager
+    def registered(self, tenant: str, document_id: str) -> Any:
+        """Marks the current task as an ingestion of the document (before it waits for a slot or
+        the lock), so that a delete can cancel it."""
+        key = document_key(tenant, document_id)
+        task = asyncio.current_task()
+        assert task is not None
+        tasks = self._attempts.setdefault(key, set())
+        tasks.add(task)
+        try:
+            yield
+        finally:
+            tasks.discard(task)
+            if not tasks:
+                self._attempts.pop(key, None)
+
+    @contextlib.asynccontextmanager
+    async def attempt_lock(self, tenant: str, document_id: str) -> AsyncIterator[None]:
+        """The document's lock, for an ingestion of it (registered, so a delete cancels it)."""
+        with self.registered(tenant, document_id):
+            async with self._lock(document_key(tenant, document_id)):
+                yield
+
+    def deleted_during(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether `task` was cancelled by a delete of the document it ingests."""
+        return task is not None and task in self._deleted
+
+    def busy(self, tenant: str, document_id: str) -> bool:
+        key = document_key(tenant, document_id)
+        lock = self._locks.get(key)
+        return bool(self._attempts.get(key)) or (lock is not None and lock.locked())
+
+    # ---- an ingestion attempt ---------------------------------------------------------------------
+
+    async def current(self, tenant: str, document_id: str) -> DocumentRecord | None:
+        """The stored record, under the attempt's lock, with leftovers of an earlier attempt whose
+        bookkeeping the store refused removed first (before a new attempt overwrites the markers)."""
+        existing = await self._store(self._registry.get, tenant, document_id)
+        if existing is not None and (existing.pending_generation or existing.stale_generation):
+            await finish_despite_cancel(self._store(self._drop_leftovers, existing))
+        return existing
+
+    def _drop_leftovers(self, record: DocumentRecord) -> None:
+        for leftover in (record.pending_generation, record.stale_generation):
+            if leftover:
+                self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, leftover))
+        record.pending_generation = record.stale_generation = ""
+        if record.state == DocumentState.ACTIVE:
+            self._registry.put(record)
+
+    def new_attempt(
+        self,
+        tenant: str,
+        document_id: str,
+        *,
+        collection: str,
+        content_hash: str,
+        existing: DocumentRecord | None,
+    ) -> Attempt:
+        """A new attempt (not stored yet: `begin` records it); a replacement keeps the old version
+        visible and ACTIVE until the switch."""
+        generation = new_generation()
+        if existing is not None:
+            record = DocumentRecord(**{**existing.__dict__})
+        else:
+            record = DocumentRecord(tenant=tenant, document_id=document_id, created_at=int(time.time()))
+        record.collection = collection
+        record.pending_generation = generation
+        replacing = existing is not None and existing.state == DocumentState.ACTIVE
+        record.state = DocumentState.ACTIVE if replacing else DocumentState.PROCESSING
+        if not replacing:
+            record.content_hash = content_hash
+        return Attempt(record, existing, generation, self._executor)
+
+    async def begin(self, attempt: Attempt) -> None:
+        """Records the attempt (pending_generation) before any of its chunks is written."""
+        await attempt.call(self._registry.put, attempt.record)
+
+    async def commit(self, attempt: Attempt, chunk_count: int) -> DocumentRecord:
+        """The switch: the attempt's chunks become the visible version; the replaced one's go."""
+        record = attempt.record
+        old_generation = attempt.existing.generation if attempt.existing else ""
+        record.generation = attempt.generation
+        record.pending_generation = ""
+        record.stale_generation = old_generation
+        record.state = DocumentState.ACTIVE
+        record.error = record.error_code = ""
+        record.chunk_count = chunk_count
+        await attempt.call(self._registry.put, record)
+        if old_generation:
+            try:
+                await attempt.call(
+                    self._chunks.delete_chunks,
+                    chunks_of_generation(record.tenant, record.document_id, old_generation),
+                )
+                record.stale_generation = ""
+                await attempt.call(self._registry.put, record)
+            except errors.RagrpcError as exc:
+                # The new version is in place; only removing the old chunks (invisible already) waits.
+                logger.warning("could not remove the replaced chunks of %s yet: %s", record.document_id, exc)
+                self._settle_later(record, "", None)
+        return record
+
+    async def fail(self, attempt: Attempt, error: errors.RagrpcError) -> None:
+        """Rolls the attempt back (after its running writes have finished): its chunks go, the record
+        is FAILED with `error`, or stays ACTIVE with the previous version. Runs to its end even when
+        the caller is cancelled meanwhile."""
+
+        async def roll_back() -> None:
+            await attempt.quiesce()
+            try:
+                await self._store(self._settle, attempt.record, attempt.generation, error)
+            except errors.RagrpcError as exc:
+                logger.warning(
+                    "could not record the failure of %s (%s); retrying until the store is back",
+                    attempt.record.document_id,
+                    exc,
+                )
+                self._settle_later(attempt.record, attempt.generation, error)
+
+        await finish_despite_cancel(roll_back())
+
+    # ---- resources --------------------------------------------------------------------------------
+
+    async def update(
+        self,
+        tenant: str,
+        document_id: str,
+        *,
+        fields: list[str],
+        etag: str = "",
+        title: str = "",
+        tags: list[str] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> DocumentRecord:
+        """Changes title/tags/metadata in the registry and on the stored chunks (vectors kept)."""
+        if self.busy(tenant, document_id):
+            raise errors.AbortedError(
+                f"document {document_id!r} is being ingested; update it once GetDocument shows it ACTIVE",
+                reason="DOCUMENT_BUSY",
+                metadata={"document_id": document_id},
+            )
+        async with self._lock(document_key(tenant, document_id)):
+            record = await self._store(self._registry.get, tenant, document_id)
+            if record is None or record.deleting:
+                raise errors.NotFoundError(
+                    f"document {document_id!r} does not exist", metadata={"document_id": document_id}
+                )
+            current = document_etag(record)
+            if etag and etag != current:
+                raise errors.AbortedError(
+                    f"document {document_id!r} changed since the etag was read; read it again and retry",
+                    reason="ETAG_MISMATCH",
+                    metadata={"document_id": document_id, "etag": current},
+                )
+            if record.state != DocumentState.ACTIVE or record.pending_generation:
+                raise errors.PreconditionError(
+                    f"document {document_id!r} is not ACTIVE (it is being ingested or failed)"
+                )
+            if "title" in fields:
+                record.title = title
+            if "tags" in fields:
+                record.tags = list(tags or [])
+            if "metadata" in fields:
+                record.metadata = dict(metadata or {})
+            await finish_despite_cancel(self._store(self._rewrite, record))
+            return record
+
+    def _rewrite(self, record: DocumentRecord) -> None:
+        expr = chunks_of_generation(record.tenant, record.document_id, record.generation)
+        chunks = [chunk for page in self._chunks.scan_chunks(expr, with_vectors=True) for chunk in page]
+        for chunk in chunks:
+            chunk.title = record.title
+            chunk.tags = tuple(record.tags)
+            chunk.metadata = dict(record.metadata)
+        if chunks and self._chunks.upsert_keeps_partitions:
+            self._chunks.upsert_chunks(chunks)
+        elif chunks:
+            self._rewrite_as_new_generation(record, chunks)
+        self._registry.put(record)
+
+    def _rewrite_as_new_generation(self, record: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+        """For servers whose upsert breaks partition-key routing: the same crash-safe steps as a
+        replacement (new rows under a fresh generation, registry switch, old rows dropped; recovery
+        finishes any of them), with the stored vectors, so nothing is embedded again. Chunk ids change."""
+        generation = new_generation()
+        new_ids = {c.chunk_id: copied_chunk_id(c.chunk_id, generation) for c in chunks}
+        copies = [
+            dataclasses.replace(
+                c, chunk_id=new_ids[c.chunk_id], generation=generation, parent_id=new_ids.get(c.parent_id, c.parent_id)
+            )
+            for c in chunks
+        ]
+        record.pending_generation = generation
+        self._registry.put(record)
+        self._chunks.insert_chunks(copies)
+        old_generation = record.generation
+        record.generation, record.pending_generation, record.stale_generation = generation, "", old_generation
+        self._registry.put(record)
+        self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, old_generation))
+        record.stale_generation = ""
+
+    async def delete(self, tenant: str, document_id: str) -> int:
+        """Deletes the document: its attempts in flight are cancelled and rolled back first, then the
+        chunks go, then the registry row (a crash in between is finished by recovery). Returns the
+        number of chunks deleted."""
+        key = document_key(tenant, document_id)
+        cancelled = [task for task in self._attempts.get(key, ()) if not task.done()]
+        for task in cancelled:
+            self._deleted.add(task)
+            task.cancel()
+        if cancelled:
+            logger.info("delete of %s cancels %d ingestion(s) of it", document_id, len(cancelled))
+        async with self._lock(key):
+            record = await self._store(self._registry.get, tenant, document_id)
+            if record is None or record.deleting:
+                if cancelled:
+                    return 0
+                raise errors.NotFoundError(
+                    f"document {document_id!r} does not exist", metadata={"document_id": document_id}
+                )
+            return await finish_despite_cancel(self._store(self._delete, record))
+
+    def _delete(self, record: DocumentRecord) -> int:
+        record.deleting = True
+        self._registry.put(record)
+        deleted = self._chunks.delete_chunks(chunks_of_document(record.tenant, record.document_id))
+        self._registry.delete(record.tenant, record.document_id)
+        return deleted or record.chunk_count
+
+    # ---- settling failed attempts -----------------------------------------------------------------
+
+    @property
+    def unsettled(self) -> int:
+        """Failed attempts whose bookkeeping waits for the store to come back."""
+        return len(self._settling)
+
+    async def close(self) -> None:
+        """Stops waiting for the store; what is still unsettled is finished by recovery at start."""
+        for task in list(self._settling):
+            task.cancel()
+        await asyncio.gather(*self._settling, return_exceptions=True)
+
+    def _settle(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
+        """The attempt's chunks go and its record (with what it learnt, e.g. pages without text) is
+        FAILED with `error`, or stays ACTIVE with the previous version; a replaced version's leftover
+        chunks go. An attempt that already switched (the store took the write but the reply was lost)
+        stays ACTIVE; one that a later attempt superseded is left alone."""
+        tenant, document_id = attempt.tenant, attempt.document_id
+        stored = self._registry.get(tenant, document_id)
+        if stored is None:
+            if generation:
+                self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
+            return
+        changed = False
+        if generation and stored.pending_generation == generation:
+            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
+            record = DocumentRecord(**{**attempt.__dict__})
+            record.generation, record.stale_generation = stored.generation, stored.stale_generation
+            record.pending_generation = ""
+            record.state = DocumentState.ACTIVE if stored.state == DocumentState.ACTIVE else DocumentState.FAILED
+            if error is not None:
+                record.error = error.message
+                record.error_code = errors.status_name(error)
+            stored, changed = record, True
+        if stored.stale_generation and stored.stale_generation != stored.generation:
+            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, stored.stale_generation))
+            stored.stale_generation = ""
+            changed = True
+        if changed:
+            self._registry.put(stored)
+
+    def _settle_later(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle_when_reachable(attempt, generation, error))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle_when_reachable(
+        self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None
+    ) -> None:
+        tries = 0
+        while True:
+            await asyncio.sleep(self._settle_delays[min(tries, len(self._settle_delays) - 1)])
+            tries += 1
+            try:
+                async with self._lock(attempt.key):
+                    await self._store(self._settle, attempt, generation, error)
+            except errors.RagrpcError as exc:
+                logger.info("settling %s: store still unreachable (%s)", attempt.document_id, exc.message)
+                continue
+            logger.info("settled the failed attempt of %s after %d tries", attempt.document_id, tries)
+            return
+
+    # ---- recovery at start ------------------------------------------------------------------------
+
+    def recover(self) -> dict[str, int]:
+        """Run by the writer at start, before it serves: finishes deletes, removes chunks of
+        interrupted attempts and of replaced versions, and fails documents left PROCESSING."""
+        counts = {"deletes_finished": 0, "attempts_rolled_back": 0, "stale_versions_removed": 0}
+        scanned = 0
+        # Every document, page by page (the markers of an interrupted attempt live in each row's record).
+        for page in self._registry.scan(_REGISTRY_FILTER.gte(s.STATE, 0)):
+            for record in page:
+                self._recover(record, counts)
+            scanned += len(page)
+        logger.info("recovery checked %d documents", scanned)
+        # Readers follow deletes through the journal while they run; one that was away this long loads in full.
+        self._registry.purge_deletions(int(time.time()) - DELETION_JOURNAL_KEEP_S)
+        if any(counts.values()):
+            logger.warning("recovery after an interrupted run: %s", counts)
+        return counts
+
+    def _recover(self, record: DocumentRecord, counts: dict[str, int]) -> None:
+        if record.deleting:
+            self._chunks.delete_chunks(chunks_of_document(record.tenant, record.document_id))
+            self._registry.delete(record.tenant, record.document_id)
+            counts["deletes_finished"] += 1
+            return
+        changed = False
+        if record.pending_generation:
+            self._chunks.delete_chunks(
+                chunks_of_generation(record.tenant, record.document_id, record.pending_generation)
+            )
+            record.pending_generation = ""
+            counts["attempts_rolled_back"] += 1
+            changed = True
+        if record.stale_generation:
+            self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, record.stale_generation))
+            record.stale_generation = ""
+            counts["stale_versions_removed"] += 1
+            changed = True
+        if record.state in (DocumentState.PENDING, DocumentState.PROCESSING):
+            record.state = DocumentState.ACTIVE if record.generation else DocumentState.FAILED
+            if record.state == DocumentState.FAILED:
+                record.error = "ingestion was interrupted by a restart of the ingest service; ingest it again"
+                record.error_code = "ABORTED"
+            changed = True
+        if changed:
+            self._registry.put(record)
