@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from ragrpc import errors
 from ragrpc.security import is_loopback
+from ragrpc.store.failures import Failure, classify, is_unavailable
 from ragrpc.store.group_commit import WriteGroups
 from ragrpc.store.read_groups import ReadGroups
 
@@ -25,42 +26,23 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_UNAVAILABLE_HINTS = (
-    "connect",
-    "unavailable",
-    "deadline",
-    "timeout",
-    "timed out",
-    "socket closed",
-    "connection refused",
-    "failed to connect",
-    "not ready",
-    "closed channel",
-    "goaway",
-    "broken pipe",
-    "reset by peer",
-)
-
-
-def _looks_unavailable(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return any(hint in text for hint in _UNAVAILABLE_HINTS)
-
+_EXISTENCE_CHECK_KEYS = 1024  # primary keys per existence read before repeating an insert
 
 _RELEASED_HINTS = ("not loaded", "state 'released'", "call load()", "collection not loaded")
 
 
 def _looks_released(exc: BaseException) -> bool:
-    """Milvus' CollectionNotLoaded (code 101), as milvus-lite and Milvus word it."""
-    text = f"{exc}".lower()
-    return getattr(exc, "code", None) == 101 or any(hint in text for hint in _RELEASED_HINTS)
+    """Milvus' CollectionNotLoaded (code 101), or its wording on servers whose code differs: the
+    consequence of a false match is only a reload of the kept collections and one repeat of a
+    call the server refused (nothing was applied)."""
+    return classify(exc) is Failure.RELEASED or any(hint in f"{exc}".lower() for hint in _RELEASED_HINTS)
 
 
 def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
     """The ragrpc error for a Milvus failure: UnavailableError (connection) or InternalError."""
     if isinstance(exc, errors.RagrpcError):
         return exc
-    if _looks_unavailable(exc):
+    if is_unavailable(exc):
         return errors.UnavailableError(
             f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
             retry_after_s=2.0,
@@ -156,19 +138,21 @@ class MilvusConnection:
         with self._lock:
             self._keep_loaded.update(names)
 
-    def call(self, fn: Callable[[Any], T]) -> T:
-        """Runs fn(client); on a connection failure reconnects once and retries."""
+    def call(self, fn: Callable[[Any], T], *, repeat: Callable[[], T] | None = None) -> T:
+        """Runs fn(client); when the server is unavailable, reconnects and runs `repeat()` once
+        (default: fn again, for idempotent calls: reads, upserts, deletes). A call that may have
+        been applied and must not be applied twice passes its own `repeat`."""
         try:
             return self._call_loaded(fn)
         except errors.RagrpcError:
             raise
         except Exception as exc:  # noqa: BLE001
-            if not _looks_unavailable(exc):
+            if not is_unavailable(exc):
                 raise
             logger.warning("Milvus call failed (%s); reconnecting", exc)
             self.reset()
             time.sleep(0.2)
-            return self._call_loaded(fn)
+            return repeat() if repeat is not None else self._call_loaded(fn)
 
     def _call_loaded(self, fn: Callable[[Any], T]) -> T:
         """fn(client); when a collection turns out released (a restarted server comes back with
@@ -211,16 +195,47 @@ class MilvusConnection:
         group = (operation, collection)
         pending = self.write_groups.enqueue(group, rows, key_field)
         self._linger.wait(group)
+
+        def write(merged: list[dict[str, Any]]) -> object:
+            if operation == "upsert":  # idempotent: repeated as it is
+                return self._write_locked(lambda c: c.upsert(collection, merged))
+            return self._insert_once(collection, merged, key_field)
+
         with self._write_lock:
             while not pending.done:
                 batch = self.write_groups.take(group)
-                self.write_groups.send(
-                    batch,
-                    lambda merged: self._write_locked(lambda c: getattr(c, operation)(collection, merged)),
-                    retry_alone=lambda exc: not _looks_unavailable(exc),
-                )
+                self.write_groups.send(batch, write, retry_alone=lambda exc: not is_unavailable(exc))
         if pending.error is not None:
             raise pending.error
+
+    def _insert_once(self, collection: str, rows: list[dict[str, Any]], key_field: str) -> object:
+        """An insert that is never applied twice: when the server was unavailable (the insert may
+        have landed, its reply lost), the repeat first reads which of the rows exist and inserts
+        only the others. (Milvus does not refuse a duplicate primary key: it would keep both.)"""
+
+        def missing_rows() -> object:
+            keys = [row[key_field] for row in rows]
+            found: set[Any] = set()
+            for start in range(0, len(keys), _EXISTENCE_CHECK_KEYS):
+                present = self._call_loaded(
+                    functools.partial(_get_keys, collection, keys[start : start + _EXISTENCE_CHECK_KEYS], key_field)
+                )
+                found.update(row[key_field] for row in present)
+            left = [row for row in rows if row[key_field] not in found]
+            if found:
+                logger.warning(
+                    "an insert into %s had landed before its reply was lost: %d of %d rows written again",
+                    collection,
+                    len(left),
+                    len(rows),
+                )
+            return self._call_loaded(lambda c: c.insert(collection, left)) if left else None
+
+        now = time.monotonic()
+        self.last_write_at = now
+        if self.unflushed_since is None:
+            self.unflushed_since = now
+        return self.call(lambda c: c.insert(collection, rows), repeat=missing_rows)
 
     def get_rows(
         self, collection: str, keys: list[Any], output_fields: list[str], key_field: str
@@ -232,7 +247,7 @@ class MilvusConnection:
             keys,
             lambda wanted: self.call(lambda c: c.get(collection, ids=wanted, output_fields=output_fields)),
             key_of=lambda row: row[key_field],
-            retry_alone=lambda exc: not _looks_unavailable(exc),
+            retry_alone=lambda exc: not is_unavailable(exc),
             linger=lambda: self._linger.wait(("get", collection)),
         )
 
@@ -310,3 +325,8 @@ _KEEPALIVE_OFF_MS = 2**31 - 1  # gRPC's "never"
 
 def _flush(client: Any, name: str) -> None:
     client.flush(name)
+
+
+def _get_keys(collection: str, keys: list[Any], key_field: str, client: Any) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = client.get(collection, ids=keys, output_fields=[key_field])
+    return result
