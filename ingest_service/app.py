@@ -22,6 +22,7 @@ from ingest_service.jobs import IngestJobRunner
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
+from ingest_service.writer_lease import WriterLease
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.metrics import Metrics, MetricsInterceptor
@@ -70,7 +71,10 @@ def build_components(
     chunks: ChunkStore,
     registry: DocumentRegistry,
     metrics: Metrics | None = None,
+    lease: WriterLease | None = None,
 ) -> IngestComponents:
+    """The components; with `lease`, every transition first checks that this process still holds
+    the writer lease (the service's main takes it before recovery)."""
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
     # Store calls mostly wait (on the store, on the one writer); enough threads that the writes of
     # many documents queue at once and leave in one group-committed call, and that a slow store
@@ -89,7 +93,9 @@ def build_components(
         batch_size=settings.embedding_call_size,
         concurrency=embedder.streams,
     )
-    lifecycle = DocumentLifecycle(registry, chunks, store_executor)
+    lifecycle = DocumentLifecycle(
+        registry, chunks, store_executor, may_write=lease.check if lease is not None else lambda: None
+    )
     pipeline = IngestPipeline(
         extractor=build_default_registry(ExtractionLimits()),
         planner=planner,

@@ -17,7 +17,8 @@ States and transitions (A, G: generations; the chunks queries show are those of 
     at start, recover:   deleting -> (none); pending -> rolled back; stale -> removed;
                          PENDING/PROCESSING -> ACTIVE when a generation is visible, else FAILED (ABORTED)
 
-Concurrency (one writer process; see ingest_service.writer_lease):
+Concurrency (one writer process, made sure of by ingest_service.writer_lease: with the lease lost,
+`may_write` raises and no transition starts):
 - One lock per document. An attempt holds it from `begin` to `commit` or `fail`; `update` and
   `delete` hold it while they write.
 - A delete wins over ingestion: it cancels the document's attempts (running, or waiting for the
@@ -127,7 +128,9 @@ class DocumentLifecycle:
         store_executor: Executor,
         *,
         settle_delays_s: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0),
+        may_write: Callable[[], None] = lambda: None,
     ) -> None:
+        self._may_write = may_write  # raises when this process may not write (the writer lease was lost)
         self._registry = registry
         self._chunks = chunks
         self._executor = store_executor
@@ -228,10 +231,12 @@ class DocumentLifecycle:
 
     async def begin(self, attempt: Attempt) -> None:
         """Records the attempt (pending_generation) before any of its chunks is written."""
+        self._may_write()
         await attempt.call(self._registry.put, attempt.record)
 
     async def commit(self, attempt: Attempt, chunk_count: int) -> DocumentRecord:
         """The switch: the attempt's chunks become the visible version; the replaced one's go."""
+        self._may_write()
         record = attempt.record
         old_generation = attempt.existing.generation if attempt.existing else ""
         record.generation = attempt.generation
@@ -288,6 +293,7 @@ class DocumentLifecycle:
         metadata: dict[str, str] | None = None,
     ) -> DocumentRecord:
         """Changes title/tags/metadata in the registry and on the stored chunks (vectors kept)."""
+        self._may_write()
         if self.busy(tenant, document_id):
             raise errors.AbortedError(
                 f"document {document_id!r} is being ingested; update it once GetDocument shows it ACTIVE",
@@ -358,6 +364,7 @@ class DocumentLifecycle:
         """Deletes the document: its attempts in flight are cancelled and rolled back first, then the
         chunks go, then the registry row (a crash in between is finished by recovery). Returns the
         number of chunks deleted."""
+        self._may_write()
         key = document_key(tenant, document_id)
         cancelled = [task for task in self._attempts.get(key, ()) if not task.done()]
         for task in cancelled:

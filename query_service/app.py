@@ -29,7 +29,7 @@ from ragrpc.metrics import Metrics, MetricsInterceptor
 from ragrpc.observers import AnswerMetricsObserver
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
-from ragrpc.supervised import SupervisedLoop
+from ragrpc.supervised import SupervisedLoop, watch_health
 from ragrpc.tokens import TiktokenCounter
 from ragrpc.tracing import NoopTracer, Tracer, tracer_from_setting
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
@@ -198,6 +198,11 @@ async def start_query_server(
         extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
         serving=loaded,
         tracer=components.tracer,
+    )
+    running.background_tasks.append(
+        asyncio.create_task(
+            watch_health(components.background, running, ready=lambda: components.follower.ready), name="health"
+        )
     )
     if loaded:
         running.background_tasks += components.start_background()

@@ -67,7 +67,56 @@ class Settings:
     embedding_model: str = _setting(
         BUNDLED_MODEL,
         "RAGRPC_EMBEDDING_MODEL",
-        "sentence-transformers model directory or hub name; the default is the bundled all-MiniLM-L6-v2",
+        "Provider local: sentence-transformers model directory or hub name (default: the bundled all-MiniLM-L6-v2); "
+        "provider openai: the endpoint's model name (Azure: the deployment name)",
+    )
+    embedding_provider: str = _setting(
+        "local",
+        "RAGRPC_EMBEDDING_PROVIDER",
+        "local (sentence-transformers in the service, RAGRPC_EMBEDDING_MODEL/BACKEND) or openai (any "
+        "OpenAI-compatible /v1/embeddings endpoint: OpenAI, Azure OpenAI, vLLM, Ollama, TEI, LM Studio); "
+        "recorded on the collection with the model and dimension",
+    )
+    embedding_dimensions: int = _setting(
+        0,
+        "RAGRPC_EMBEDDING_DIMENSIONS",
+        "Output dimension below the model's own (Matryoshka models): provider openai sends it as `dimensions`, "
+        "local keeps the first N components and re-normalises; recorded on the collection; 0: the model's own",
+    )
+    embedding_base_url: str = _setting(
+        "https://api.openai.com/v1",
+        "RAGRPC_EMBEDDING_BASE_URL",
+        "Provider openai: base URL of the endpoint (e.g. http://127.0.0.1:8000/v1 for vLLM)",
+    )
+    embedding_api_key_env: str = _setting(
+        "OPENAI_API_KEY",
+        "RAGRPC_EMBEDDING_API_KEY_ENV",
+        "Provider openai: name of the environment variable holding the API key (unset: 'not-needed' is sent)",
+    )
+    embedding_request_size: int = _setting(
+        32,
+        "RAGRPC_EMBEDDING_REQUEST_SIZE",
+        "Provider openai: texts per /v1/embeddings request (TEI accepts 32 by default, OpenAI 2048)",
+    )
+    embedding_timeout_s: float = _setting(
+        30.0, "RAGRPC_EMBEDDING_TIMEOUT_S", "Provider openai: timeout of one embeddings request"
+    )
+    embedding_max_retries: int = _setting(
+        3,
+        "RAGRPC_EMBEDDING_MAX_RETRIES",
+        "Provider openai: retries of a request after a connection error, timeout, 408, 409, 429 or 5xx (with "
+        "exponential backoff, or after the server's Retry-After); then the call fails UNAVAILABLE",
+    )
+    embedding_max_tokens: int = _setting(
+        8191,
+        "RAGRPC_EMBEDDING_MAX_TOKENS",
+        "Provider openai: most tokens of one text the model reads (8191 for OpenAI's models); chunks stay within it",
+    )
+    embedding_tokenizer: str = _setting(
+        "cl100k_base",
+        "RAGRPC_EMBEDDING_TOKENIZER",
+        "Provider openai: how chunk tokens are counted: cl100k_base (OpenAI's embedding models), o200k_base, or "
+        "the path of the served model's tokenizer.json",
     )
     embedding_backend: str = _setting(
         "onnx-int8",
@@ -91,7 +140,7 @@ class Settings:
         "RAGRPC_EMBEDDING_STREAMS",
         "Model instances the ingest service runs side by side, each with cores/streams threads (cores: "
         "OMP_NUM_THREADS when set); on 2 shared cores two 1-thread streams kept the cores busier than one 2-thread "
-        "stream. The query service always uses 1",
+        "stream. Provider openai: calls in flight at once. The query service always uses 1",
     )
     ingest_concurrency: int = _setting(
         256,
@@ -116,6 +165,20 @@ class Settings:
         16 * 1024 * 1024, "RAGRPC_MAX_MESSAGE_BYTES", "Largest gRPC message accepted or sent"
     )
     max_upload_bytes: int = _setting(100 * 1024 * 1024, "RAGRPC_MAX_UPLOAD_BYTES", "Largest document accepted (bytes)")
+    upload_memory_bytes: int = _setting(
+        8 * 1024 * 1024,
+        "RAGRPC_UPLOAD_MEMORY_BYTES",
+        "An upload larger than this is spooled to a temporary file while it arrives and waits for its turn",
+    )
+    upload_spool_dir: str = _setting(
+        "", "RAGRPC_UPLOAD_SPOOL_DIR", "Directory of spooled uploads (empty: the system's temporary directory)"
+    )
+    extraction_memory_bytes: int = _setting(
+        256 * 1024 * 1024,
+        "RAGRPC_EXTRACTION_MEMORY_BYTES",
+        "Bytes of documents extracted and chunked at once (a larger document runs alone); bounds the memory of "
+        "many large uploads",
+    )
     max_chunks_per_document: int = _setting(
         20_000,
         "RAGRPC_MAX_CHUNKS_PER_DOCUMENT",
@@ -138,6 +201,12 @@ class Settings:
     )
     max_pending_documents: int = _setting(
         2048, "RAGRPC_MAX_PENDING_DOCUMENTS", "Documents queued for ingestion at once; more get RESOURCE_EXHAUSTED"
+    )
+    writer_lease_ttl_s: float = _setting(
+        30.0,
+        "RAGRPC_WRITER_LEASE_TTL_S",
+        "The ingest service holds a lease on the collection, renewed every third of this; a second ingest service "
+        "refuses to start (FAILED_PRECONDITION) until the holder stops or its lease expires",
     )
     ingest_call_timeout_s: float = _setting(
         1800.0, "RAGRPC_INGEST_CALL_TIMEOUT_S", "Server-side deadline of an ingest call"
@@ -169,7 +238,7 @@ class Settings:
     query_metrics_port: int = _setting(
         9465, "RAGRPC_QUERY_METRICS_PORT", "Prometheus metrics port of the query service (-1: off)"
     )
-    tracing: str = _setting("off", "RAGRPC_TRACING", "off or otel (OpenTelemetry; needs opentelemetry-sdk)")
+    tracing: str = _setting("off", "RAGRPC_TRACING", "off or otel (OpenTelemetry spans; needs the tracing extra)")
     # Retrieval
     candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
     sparse_backend: str = _setting(
@@ -191,8 +260,42 @@ class Settings:
         "Query service: how often the background task also lists every registry key, a backstop for deletes whose "
         "journal entry it missed (deletes reach it through the journal); at least 20x the last listing's duration",
     )
+    reranker_provider: str = _setting(
+        "auto",
+        "RAGRPC_RERANKER_PROVIDER",
+        "Reranker: none, local (the cross-encoder RAGRPC_RERANKER_MODEL in the query service), remote (the HTTP "
+        "rerank API at RAGRPC_RERANKER_URL) or auto (remote when RAGRPC_RERANKER_URL is set, else local when "
+        "RAGRPC_RERANKER_MODEL is set, else none)",
+    )
     reranker_model: str = _setting(
-        "", "RAGRPC_RERANKER_MODEL", "Cross-encoder directory or hub name; empty skips reranking"
+        "",
+        "RAGRPC_RERANKER_MODEL",
+        "local: cross-encoder directory or hub name; remote: the model name sent to the API (omitted when empty)",
+    )
+    reranker_url: str = _setting(
+        "",
+        "RAGRPC_RERANKER_URL",
+        "Remote reranker: the full URL of the rerank endpoint, e.g. https://api.cohere.com/v2/rerank, "
+        "http://tei:8080/rerank, http://vllm:8000/v1/rerank",
+    )
+    reranker_api: str = _setting(
+        "cohere",
+        "RAGRPC_RERANKER_API",
+        "Remote reranker's request shape: cohere ({model, query, documents, top_n} -> results[{index, "
+        "relevance_score}]: Cohere, Jina, vLLM) or tei (TEI's native /rerank: {query, texts} -> "
+        "[{index, score}])",
+    )
+    reranker_api_key_env: str = _setting(
+        "",
+        "RAGRPC_RERANKER_API_KEY_ENV",
+        "Remote reranker: environment variable holding the API key (sent as a Bearer token; it must be set); "
+        "empty: no key",
+    )
+    reranker_timeout_s: float = _setting(
+        5.0,
+        "RAGRPC_RERANKER_TIMEOUT_S",
+        "Remote reranker: longest wait for one rerank call, never past the request's deadline; a request whose "
+        "call fails or times out keeps the fused order and its summary says why",
     )
     rerank_top_n: int = _setting(30, "RAGRPC_RERANK_TOP_N", "Candidates given to the reranker")
     # Answers

@@ -187,6 +187,19 @@ class DocumentRecord:
         return document_key(self.tenant, self.document_id)
 
 
+@dataclass
+class WriterLeaseRecord:
+    """Who writes the collection: the ingest process holding the lease, renewed while it runs."""
+
+    holder: str  # unique per process start
+    host: str = ""
+    pid: int = 0
+    epoch: int = 0  # +1 at every take-over
+    acquired_at: float = 0.0
+    renewed_at: float = 0.0
+    expires_at: float = 0.0  # wall-clock unix seconds; 0 once released
+
+
 def document_key(tenant: str, document_id: str) -> str:
     return f"{tenant}/{document_id}"
 

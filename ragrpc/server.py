@@ -42,6 +42,10 @@ class RunningServer:
         for name in ("", *self.service_names):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+    async def set_not_serving(self) -> None:
+        for name in ("", *self.service_names):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
     async def stop(self, grace_s: float) -> None:
         """Marks every service NOT_SERVING, then lets in-flight calls finish for grace_s."""
         await self.health.enter_graceful_shutdown()

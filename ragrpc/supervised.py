@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -76,3 +76,29 @@ class SupervisedLoop:
             logger.info("background task %s recovered after %d failures", self.name, self.consecutive_failures)
         self.consecutive_failures = 0
         return True
+
+
+async def watch_health(
+    loops: Sequence[SupervisedLoop],
+    running: Any,
+    *,
+    failures_before_not_serving: int = 5,
+    period_s: float = 1.0,
+    ready: Callable[[], bool] = lambda: True,
+) -> None:
+    """Health follows the supervised loops (run as a background task of the server): NOT_SERVING
+    while one of them failed `failures_before_not_serving` times in a row (it does not recover by
+    itself: a load balancer should send calls elsewhere), SERVING again once they all succeed
+    again and `ready()` (e.g. the index is loaded, the writer lease is held)."""
+    unhealthy = False
+    while True:
+        await asyncio.sleep(period_s)
+        failing = [loop.name for loop in loops if loop.consecutive_failures >= failures_before_not_serving]
+        if failing and not unhealthy:
+            logger.error("NOT_SERVING: background task(s) %s keep failing", ", ".join(failing))
+            await running.set_not_serving()
+            unhealthy = True
+        elif not failing and unhealthy and ready():
+            logger.info("SERVING again: background tasks recovered")
+            await running.set_serving()
+            unhealthy = False

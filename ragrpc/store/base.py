@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ragrpc.models import ChunkRecord, DocumentRecord, IngestJobRecord, ScoredChunk
+from ragrpc.models import ChunkRecord, DocumentRecord, IngestJobRecord, ScoredChunk, WriterLeaseRecord
 from ragrpc.store.filters import FilterExpr
 
 
@@ -92,3 +92,9 @@ class DocumentRegistry(Protocol):
     def put_job(self, job: IngestJobRecord) -> None: ...
 
     def get_job(self, job_id: str) -> IngestJobRecord | None: ...
+
+    def read_lease(self) -> WriterLeaseRecord | None:
+        """The writer lease (ingest_service.writer_lease), None when never taken."""
+        ...
+
+    def write_lease(self, lease: WriterLeaseRecord) -> None: ...

@@ -184,9 +184,7 @@ class MilvusChunkStore:
             yield [row_to_chunk(r) for r in rows]
 
     @translate_errors
-    def search_dense(
-        self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True
-    ) -> list[ScoredChunk]:
+    def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:
         """Top `limit` by cosine; with rows=False only the hit fields are read (complete=False hits)."""
         params = self._index.search_params(limit)
         result = self._conn.call(

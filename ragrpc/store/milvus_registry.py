@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord, document_key
+from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord, WriterLeaseRecord, document_key
 from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.filters import FilterBuilder, FilterExpr
@@ -191,7 +191,23 @@ class MilvusDocumentRegistry:
 
     @translate_errors
     def get_job(self, job_id: str) -> IngestJobRecord | None:
-        rows = self._conn.call(lambda c: c.get(self._names.jobs, ids=[job_id], output_fields=[s.RECORD]))
-        if not rows:
+        rows = self._conn.call(lambda c: c.get(self._names.jobs, ids=[job_id], output_fields=[s.TENANT, s.RECORD]))
+        if not rows or str(rows[0][s.TENANT]).startswith("#"):  # the deletion journal, the writer lease
             return None
         return IngestJobRecord(**rows[0][s.RECORD])
+
+    @translate_errors
+    def read_lease(self) -> WriterLeaseRecord | None:
+        rows = self._conn.call(lambda c: c.get(self._names.jobs, ids=[s.WRITER_LEASE_KEY], output_fields=[s.RECORD]))
+        return WriterLeaseRecord(**rows[0][s.RECORD]) if rows else None
+
+    @translate_errors
+    def write_lease(self, lease: WriterLeaseRecord) -> None:
+        row = {
+            s.JOB_ID: s.WRITER_LEASE_KEY,
+            s.TENANT: s.WRITER_LEASE_KEY,
+            s.UPDATED_AT: int(time.time()),
+            s.RECORD: dataclasses.asdict(lease),
+            s.REGISTRY_VECTOR: [1.0, 0.0],
+        }
+        self._conn.write_rows("upsert", self._names.jobs, [row], s.JOB_ID)

@@ -78,9 +78,7 @@ def _iterate(
 ) -> Iterator[list[dict[str, Any]]]:
     try:
         iterator = conn.call(
-            lambda c: c.query_iterator(
-                collection, batch_size=page_size, filter=expr, output_fields=output_fields
-            )
+            lambda c: c.query_iterator(collection, batch_size=page_size, filter=expr, output_fields=output_fields)
         )
     except Exception as exc:  # noqa: BLE001 - the store boundary
         raise translate_exception(exc, operation) from exc

@@ -24,6 +24,7 @@ from ragrpc.models import (
     IngestJobRecord,
     ScoredChunk,
     StageScores,
+    WriterLeaseRecord,
 )
 from ragrpc.store import schema as s
 from ragrpc.store.base import DocumentRegistry
@@ -151,6 +152,7 @@ class InMemoryDocumentRegistry:
         self._lock = threading.Lock()
         self.page_size = checked_page_size(page_size)
         self.model_record: dict[str, Any] | None = None  # what CollectionSetup keeps under MODEL_INFO_KEY
+        self._lease: WriterLeaseRecord | None = None
 
     def ensure_model(self, identity: EmbeddingIdentity, *, create: bool = True) -> None:
         """The embedding-model check of CollectionSetup.ensure: the first writer records its identity,
@@ -221,6 +223,14 @@ class InMemoryDocumentRegistry:
         with self._lock:
             job = self._jobs.get(job_id)
             return copy.deepcopy(job) if job else None
+
+    def read_lease(self) -> WriterLeaseRecord | None:
+        with self._lock:
+            return copy.deepcopy(self._lease)
+
+    def write_lease(self, lease: WriterLeaseRecord) -> None:
+        with self._lock:
+            self._lease = copy.deepcopy(lease)
 
 
 def all_records(registry: DocumentRegistry, state: DocumentState | None = None) -> list[DocumentRecord]:

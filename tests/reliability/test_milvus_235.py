@@ -356,7 +356,6 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
                 }
             )
 
-
             async def retagged() -> list[str]:
                 hits, _ = await _retrieve(
                     query_stub,

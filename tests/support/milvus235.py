@@ -111,5 +111,3 @@ class Milvus235:
             os.killpg(self.process.pid, signal.SIGKILL)  # the child, whatever the parent did
         except ProcessLookupError:
             pass
-
-

@@ -89,3 +89,54 @@ async def test_the_flusher_is_restarted_after_an_unexpected_error() -> None:
     assert [await loop.run_once() for _ in range(3)] == [False, False, True]
     assert connection.flushes == 1 and loop.failures == 2
     assert b'ragrpc_background_failures_total{task="wal-flush"} 2.0' in metrics.exposition()
+
+
+class HealthLog:
+    """Records what the watch sets (the RunningServer's set_serving / set_not_serving)."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+
+    async def set_serving(self) -> None:
+        self.states.append("SERVING")
+
+    async def set_not_serving(self) -> None:
+        self.states.append("NOT_SERVING")
+
+
+async def test_health_turns_not_serving_while_a_task_keeps_failing_and_back_when_it_recovers() -> None:
+    from ragrpc.supervised import watch_health
+
+    broken = {"on": True}
+
+    def step() -> None:
+        if broken["on"]:
+            raise RuntimeError("disk full")
+
+    loop = SupervisedLoop("flaky", step, interval_s=0.001, max_backoff_s=0.002)
+    health = HealthLog()
+    ready = {"value": True}
+    watch = asyncio.create_task(
+        watch_health([loop], health, failures_before_not_serving=3, period_s=0.005, ready=lambda: ready["value"])
+    )
+    runner = asyncio.create_task(loop.run())
+    try:
+        for _ in range(400):
+            if health.states:
+                break
+            await asyncio.sleep(0.005)
+        assert health.states == ["NOT_SERVING"] and loop.consecutive_failures >= 3
+        ready["value"] = False  # recovered, but not ready (e.g. the writer lease is lost): stays NOT_SERVING
+        broken["on"] = False
+        await asyncio.sleep(0.1)
+        assert health.states == ["NOT_SERVING"]
+        ready["value"] = True
+        for _ in range(400):
+            if len(health.states) > 1:
+                break
+            await asyncio.sleep(0.005)
+        assert health.states == ["NOT_SERVING", "SERVING"]
+    finally:
+        watch.cancel()
+        runner.cancel()
+        await asyncio.gather(watch, runner, return_exceptions=True)

@@ -1,0 +1,126 @@
+"""The writer lease over the in-memory registry: one holder at a time, refused with a message
+naming the holder, taken over only once expired (or when its holder's process is gone from this
+host), lost when another process took it, released at a clean stop; the lifecycle refuses
+writes without it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ingest_service.app import build_components
+from ingest_service.requests import DocumentSpecInput, IngestItem
+from ingest_service.writer_lease import WriterLease
+from ragrpc import errors
+from ragrpc.config import Settings
+from ragrpc.models import WriterLeaseRecord
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease(registry: InMemoryDocumentRegistry, clock: Clock, *, host: str = "a", pid: int = 10, **kw) -> WriterLease:  # type: ignore[no-untyped-def]
+    return WriterLease(
+        registry, ttl_s=30, settle_s=0, clock=clock, host=host, pid=pid, pid_alive=kw.get("alive", lambda p: True)
+    )
+
+
+def test_a_second_process_is_refused_naming_the_holder() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    first = lease(registry, clock, host="node-1", pid=11)
+    first.acquire()
+    second = lease(registry, clock, host="node-2", pid=22)
+    with pytest.raises(errors.PreconditionError) as refused:
+        second.acquire()
+    assert refused.value.reason == "WRITER_LEASE_HELD"
+    assert first.holder in refused.value.message and "node-1" in refused.value.message
+    assert "RAGRPC_WRITER_LEASE_TTL_S" in refused.value.message
+    assert errors.status_name(refused.value) == "FAILED_PRECONDITION"
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_holder_learns_it_lost_it() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    first = lease(registry, clock, host="node-1", pid=11)
+    first.acquire()
+    clock.now += 20
+    first.renew()  # renewed: still held 29 s later
+    clock.now += 29
+    with pytest.raises(errors.PreconditionError):
+        lease(registry, clock, host="node-2", pid=22).acquire()
+    clock.now += 2  # 31 s without renewal: expired
+    second = lease(registry, clock, host="node-2", pid=22)
+    second.acquire()
+    assert second.epoch == first.epoch + 1
+    first.renew()
+    assert not first.held and "node-2" in first.lost_reason
+    with pytest.raises(errors.PreconditionError) as lost:
+        first.check()
+    assert lost.value.reason == "WRITER_LEASE_LOST"
+    second.check()
+
+
+def test_a_holder_whose_process_is_gone_from_this_host_is_replaced_at_once() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    lease(registry, clock, host="box", pid=11).acquire()  # then killed: it never released
+    restarted = lease(registry, clock, host="box", pid=12, alive=lambda pid: pid != 11)
+    restarted.acquire()
+    restarted.check()
+    # a container restarted under the same host name and pid: its former self cannot be alive
+    again = lease(registry, clock, host="box", pid=12)
+    again.acquire()
+    # but a live process on this host keeps it
+    with pytest.raises(errors.PreconditionError):
+        lease(registry, clock, host="box", pid=13, alive=lambda pid: True).acquire()
+
+
+def test_a_released_lease_is_taken_at_once() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    first = lease(registry, clock, host="node-1", pid=11)
+    first.acquire()
+    first.release()
+    lease(registry, clock, host="node-2", pid=22).acquire()
+
+
+def test_of_two_takers_at_once_only_the_one_whose_write_stayed_keeps_it() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    # node-2 had read "no lease" too, and writes its own while node-1 waits to read its write back
+    other = WriterLeaseRecord(holder="node-2:22:abc", host="node-2", pid=22, epoch=1, expires_at=clock.now + 30)
+    early = WriterLease(
+        registry,
+        ttl_s=30,
+        settle_s=0.01,
+        clock=clock,
+        host="node-1",
+        pid=11,
+        sleep=lambda s: registry.write_lease(other),
+    )
+    with pytest.raises(errors.PreconditionError) as refused:
+        early.acquire()
+    assert "node-2" in refused.value.message and not early.held
+
+
+async def test_the_lifecycle_refuses_writes_once_the_lease_is_lost() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    held = lease(registry, clock, host="node-1", pid=11)
+    held.acquire()
+    settings = dataclasses.replace(Settings(), workers=2)
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), registry, lease=held)
+    spec = DocumentSpecInput(document_id="d1", file_name="d1.txt")
+    await app.pipeline.ingest(IngestItem("t1", spec, b"Herons wait by the water."))
+    clock.now += 31
+    lease(registry, clock, host="node-2", pid=22).acquire()
+    held.renew()
+    with pytest.raises(errors.PreconditionError) as refused:
+        await app.pipeline.ingest(IngestItem("t1", spec, b"Cranes fly over the marsh."))
+    assert refused.value.reason == "WRITER_LEASE_LOST"
+    with pytest.raises(errors.PreconditionError):
+        await app.documents.delete("t1", "d1")
+    assert registry.get("t1", "d1").content_hash  # the first version is untouched
+    app.shutdown()
