@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# CPU torch first (a plain `torch` requirement would pull a multi-GB CUDA build)
 	$(PIP) install --quiet $(TORCH_PIN)
-	$(PIP) install --quiet -e ".[server,dev]"
+	$(PIP) install --quiet -e ".[server,dev,tracing]"
 	touch $(STAMP)
 
 proto: $(STAMP)

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ingest_service.admission import AdmissionGate
 from ingest_service.byte_budget import ByteBudget
@@ -30,6 +30,7 @@ from ragrpc.models import ExtractedDocument
 from ragrpc.observers import IngestMetricsObserver
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.tracing import NoopTracer, Tracer, tracer_from_setting
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class IngestComponents:
     executor: ThreadPoolExecutor
     gate: AdmissionGate
     store_executor: ThreadPoolExecutor
+    tracer: Tracer = field(default_factory=NoopTracer)  # stage spans, and the RPC spans of the server
 
     async def stop(self, grace_s: float) -> None:
         """At shutdown: running jobs and ingestions get `grace_s` to finish, the rest is rolled back."""
@@ -72,6 +74,7 @@ def build_components(
     registry: DocumentRegistry,
     metrics: Metrics | None = None,
     lease: WriterLease | None = None,
+    tracer: Tracer | None = None,
 ) -> IngestComponents:
     """The components; with `lease`, every transition first checks that this process still holds
     the writer lease (the service's main takes it before recovery)."""
@@ -93,6 +96,7 @@ def build_components(
         batch_size=settings.embedding_call_size,
         concurrency=embedder.streams,
     )
+    tracer = tracer if tracer is not None else tracer_from_setting(settings.tracing)
     lifecycle = DocumentLifecycle(
         registry, chunks, store_executor, may_write=lease.check if lease is not None else lambda: None
     )
@@ -109,6 +113,7 @@ def build_components(
         clean=clean_document,
         observer=IngestMetricsObserver(metrics) if metrics else None,
         memory=ByteBudget(settings.extraction_memory_bytes),
+        tracer=tracer,
     )
     ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
     documents = DocumentService(registry, lifecycle)
@@ -116,7 +121,9 @@ def build_components(
     if metrics is not None:
         metrics.ingest_queue_depth.set_function(lambda: gate.pending)
     jobs = IngestJobRunner(ingestions, registry, executor, gate)
-    return IngestComponents(pipeline, lifecycle, ingestions, documents, jobs, executor, gate, store_executor)
+    return IngestComponents(
+        pipeline, lifecycle, ingestions, documents, jobs, executor, gate, store_executor, tracer=tracer
+    )
 
 
 async def start_ingest_server(
@@ -142,6 +149,7 @@ async def start_ingest_server(
         address=address or f"{settings.host}:{settings.ingest_port}",
         call_timeout_s=settings.ingest_call_timeout_s,
         extra_interceptors=[MetricsInterceptor(metrics)] if metrics else [],
+        tracer=components.tracer,
     )
 
 

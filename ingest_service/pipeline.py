@@ -37,6 +37,7 @@ from ragrpc import errors
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
+from ragrpc.tracing import NoopTracer, Tracer
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,9 @@ class IngestPipeline:
         clean: Callable[[ExtractedDocument], ExtractedDocument] = lambda d: d,
         observer: ProgressCallback | None = None,
         memory: ByteBudget | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or NoopTracer()  # stage spans: extract, chunk, embed, write
         self._memory = memory or ByteBudget(1 << 62)
         self._extractor = extractor
         self._planner = planner
@@ -231,26 +234,37 @@ class IngestPipeline:
         doc_id, state = record.document_id, record.state
         report(ProgressEvent(doc_id, "extracting", state))
         async with self._memory.hold(item.size):  # the bytes, the text and the drafts are in memory here
-            extracted = await self._run(self._extract_and_clean, item)
+            with self._tracer.span(
+                "extract", size_bytes=item.size, media_type=item.spec.media_type or None, file_name=item.spec.file_name
+            ) as span:
+                extracted = await self._run(self._extract_and_clean, item)
+                span.set(media_type=extracted.media_type, blocks=len(extracted.blocks), chars=len(extracted.text))
             # bounded work (language guess on the first characters): on the loop; the executor measured 3-4 % slower
             facts = gather_facts(item, extracted)
             report(ProgressEvent(doc_id, "chunking", state))
-            drafts = await self._run(
-                self._planner.plan,
-                extracted,
-                item.spec.chunking_strategy,
-                item.spec.chunk_size_tokens,
-                item.spec.chunk_overlap_tokens,
-            )
+            with self._tracer.span("chunk", strategy=item.spec.chunking_strategy) as span:
+                drafts = await self._run(
+                    self._planner.plan,
+                    extracted,
+                    item.spec.chunking_strategy,
+                    item.spec.chunk_size_tokens,
+                    item.spec.chunk_overlap_tokens,
+                )
+                span.set(chunks=len(drafts), chunker=drafts[0].chunker if drafts else None)
             if not drafts:
                 if record.state != DocumentState.ACTIVE:  # a replacement keeps the facts of its old version
                     facts.apply_to(record)  # the FAILED record shows the pages without text, page count, title
                 raise errors.InvalidInputError(no_text_message(extracted), reason="NO_TEXT")
             del extracted  # only the drafts are needed from here
         facts.chunker = drafts[0].chunker.split("/")[0]
-        written = await self._embed_and_write(item, attempt, facts, drafts, report)
+        with self._tracer.span(
+            "embed", **{"gen_ai.operation.name": "embeddings", "gen_ai.request.model": self._embedder.model_id}
+        ) as span:
+            written = await self._embed_and_write(item, attempt, facts, drafts, report)
+            span.set(chunks=written, batches=-(-written // self._batch) if written else 0)
         facts.apply_to(record)
-        committed = await self._lifecycle.commit(attempt, sum(1 for d in drafts if d.kind == 0))
+        with self._tracer.span("write", generation=attempt.generation, replacing=attempt.existing is not None):
+            committed = await self._lifecycle.commit(attempt, sum(1 for d in drafts if d.kind == 0))
         report(ProgressEvent(doc_id, "done", DocumentState.ACTIVE, committed.chunk_count, written))
         return IngestOutcome(committed, unchanged=False, chunks_written=written)
 

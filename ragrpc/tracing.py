@@ -17,7 +17,9 @@ Spans of one call:
 Stage names (every stage span is a direct child of the RPC span):
 
     query:  embed_query, dense, sparse, fuse, rerank, context, generate
-    ingest: extract, chunk, embed, write
+    ingest: extract (size, media type, blocks, characters), chunk (strategy, chunker, chunks),
+            embed (model, chunks, batches; the chunk writes overlap it), write (the registry
+            switch to the new version and removal of the one it replaced)
 
 The RPC span comes from the maintained OpenTelemetry gRPC instrumentation
 (opentelemetry-instrumentation-grpc, `aio_server_interceptor`), not a hand-written

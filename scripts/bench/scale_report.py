@@ -88,7 +88,7 @@ def write_report(rows: list[dict[str, Any]], docs: Path) -> None:
 def _section(rows: list[dict[str, Any]]) -> list[str]:
     today = datetime.date.today().isoformat()
     return [
-        "## Retrieve at collection size (`make bench BENCH_ARGS=\"--sections scale\"`)",
+        '## Retrieve at collection size (`make bench BENCH_ARGS="--sections scale"`)',
         "",
         f"Measured {today} on this project's 2-core machine, one run (`python -m scripts.bench --sections scale`): "
         "one-chunk documents of real text (SciFact and the shared documents' sentences) with vectors derived from "

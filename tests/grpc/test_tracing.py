@@ -16,13 +16,11 @@ from typing import Any
 import grpc
 import pytest
 
-pytest.importorskip("opentelemetry.sdk")
-pytest.importorskip("opentelemetry.instrumentation.grpc")
-
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+# The `tracing` extra is part of `make install`: a missing package fails here, it is not skipped.
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from ragrpc.config import Settings  # noqa: E402
@@ -382,3 +380,39 @@ async def test_global_grpc_instrumentation_is_not_doubled(
     assert tracer.server_interceptor() is not None
     spans = _by_name(exporter.get_finished_spans())  # one span of each name
     _assert_children(spans, _rpc_span(spans, "Retrieve"), ["embed_query", "dense", "sparse", "fuse", "rerank"])
+
+
+async def test_an_upload_has_a_span_per_ingest_stage_under_its_rpc_span(
+    settings: Settings, tracer: OtelTracer, exporter: InMemorySpanExporter
+) -> None:
+    from ingest_service.app import build_components, start_ingest_server
+    from ragrpc.tracing import INGEST_STAGES
+    from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
+
+    stack = FakeStack(HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())
+    ingest = build_components(settings, stack.embedder, stack.chunks, stack.registry, tracer=tracer)
+    server = await start_ingest_server(settings, ingest, "127.0.0.1:0")
+    text = " ".join(DOCS.values()) * 8
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = ingest_pb2_grpc.IngestServiceStub(channel)
+            header = ingest_pb2.DocumentSpec(document_id="birds", file_name="birds.txt")
+            messages = [
+                ingest_pb2.UploadDocumentRequest(header=header),
+                ingest_pb2.UploadDocumentRequest(data=text.encode()),
+            ]
+            response = await stub.UploadDocument(iter(messages), metadata=TRACEPARENT)
+    finally:
+        await server.stop(0)
+        ingest.shutdown()
+    spans = _by_name(exporter.get_finished_spans())
+    rpc = spans["/ragrpc.v1.IngestService/UploadDocument"]
+    assert rpc.context.trace_id == int(TRACE_ID, 16)
+    for stage in INGEST_STAGES:
+        assert spans[stage].parent is not None and spans[stage].parent.span_id == rpc.context.span_id, stage
+    assert _attrs(spans["extract"])["ragrpc.extract.size_bytes"] == len(text.encode())
+    assert _attrs(spans["extract"])["ragrpc.extract.media_type"] == "text/plain"
+    assert _attrs(spans["chunk"])["ragrpc.chunk.chunks"] == response.document.chunk_count
+    assert _attrs(spans["embed"])["ragrpc.embed.chunks"] == response.document.chunk_count
+    assert _attrs(spans["embed"])["gen_ai.request.model"] == stack.embedder.model_id
+    assert _attrs(spans["write"])["ragrpc.write.replacing"] is False
