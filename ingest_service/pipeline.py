@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
@@ -269,9 +270,15 @@ class IngestPipeline:
         return IngestOutcome(committed, unchanged=False, chunks_written=written)
 
     def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
-        extracted = self._extractor.extract(
-            item.read(), file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
-        )
+        try:
+            extracted = self._extractor.extract(
+                item.read(), file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
+            )
+        except Exception as exc:
+            # The traceback's frames hold the document's bytes (and a parser's state) until the error
+            # is collected, which is after the memory budget was given to the next document.
+            _clear_frames(exc)
+            raise
         return self._clean(extracted)
 
     async def _embed_and_write(
@@ -323,3 +330,14 @@ class IngestPipeline:
     async def _fail(self, attempt: Attempt, error: errors.RagrpcError, report: ProgressCallback) -> None:
         await self._lifecycle.fail(attempt, error)
         report(ProgressEvent.failed(attempt.record.document_id, error))
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Drops the local variables of the frames in `exc`'s traceback and in those of its causes."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.__traceback__ is not None:
+            traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

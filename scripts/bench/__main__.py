@@ -22,7 +22,7 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult
 
-SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale")
+SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale", "uploads")
 
 
 def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> SectionResult:
@@ -59,6 +59,10 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import scale
 
         runner = lambda: scale.run(config, context.get("scale_sizes", ()), context.get("scale_backends", ()))  # noqa: E731
+    elif name == "uploads":
+        from scripts.bench import uploads
+
+        runner = lambda: uploads.run(config)  # noqa: E731
     else:
         raise ValueError(f"unknown section {name!r}; use {', '.join(SECTIONS)}")
     started = time.perf_counter()
