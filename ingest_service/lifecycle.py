@@ -449,6 +449,9 @@ class DocumentLifecycle:
             except errors.RagrpcError as exc:
                 logger.info("settling %s: store still unreachable (%s)", attempt.document_id, exc.message)
                 continue
+            except Exception:  # noqa: BLE001 - supervised: keep trying (recovery at start is the backstop)
+                logger.exception("settling %s failed unexpectedly; trying again", attempt.document_id)
+                continue
             logger.info("settled the failed attempt of %s after %d tries", attempt.document_id, tries)
             return
 

@@ -424,3 +424,62 @@ async def test_writes_in_flight_land_before_the_rollback(world: World) -> None:
     assert await _stored_state(world, "late") is None
     assert await asyncio.to_thread(world.chunk_rows, "late") == 0
     world.assert_consistent()
+
+
+# ---- per-document errors as google.rpc.Status ----------------------------------------------------
+
+
+async def test_a_failed_document_of_a_batch_carries_a_google_rpc_status(world: World) -> None:
+    from google.rpc import code_pb2, error_details_pb2
+
+    good = ingest_pb2.InlineDocument(
+        spec=ingest_pb2.DocumentSpec(document_id="good", file_name="good.txt"), content=TEXT.encode()
+    )
+    binary = ingest_pb2.InlineDocument(
+        spec=ingest_pb2.DocumentSpec(document_id="binary", file_name="binary.txt"), content=bytes(range(256)) * 64
+    )
+    finals = {}
+    async for message in world.stub.IngestDocuments(ingest_pb2.IngestDocumentsRequest(documents=[good, binary])):
+        if message.HasField("progress") and message.progress.stage == ingest_pb2.INGEST_STAGE_DONE:
+            finals[message.progress.document_id] = message.progress
+    assert not finals["good"].HasField("status")
+    status = finals["binary"].status
+    assert status.code == code_pb2.INVALID_ARGUMENT and status.message == finals["binary"].error_message
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info) and info.reason == "UNSUPPORTED_MEDIA_TYPE" and info.domain == "ragrpc.v1"
+    # and the same from the job record, afterwards
+    job_id = message.job_id
+    job = await world.stub.GetIngestJob(ingest_pb2.GetIngestJobRequest(job_id=job_id))
+    [stored] = [d for d in job.job.documents if d.document_id == "binary"]
+    assert stored.status.code == code_pb2.INVALID_ARGUMENT
+
+
+# ---- the long version (make test-reliability) ------------------------------------------------------
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("stores", [pytest.param("milvus-lite", marks=pytest.mark.slow)], indirect=True)
+async def test_a_storm_of_deletes_updates_and_cancellations(world: World) -> None:
+    """60 documents, each uploaded (some replaced) while, at a random moment, it is deleted, updated
+    or its caller gives up; the store invariants hold after every round and at the end."""
+    duration = await _ingestion_time(world)
+    rng = random.Random(22)
+    for n in range(60):
+        document_id = f"storm-{n % 20}"
+        action = rng.choice(["delete", "update", "give-up"])
+        timeout = rng.uniform(0.01, duration) if action == "give-up" else None
+        upload = asyncio.ensure_future(_upload(world, document_id, rng.choice([TEXT, TEXT_V2]), timeout=timeout))
+        await asyncio.sleep(rng.uniform(0, duration))
+        try:
+            if action == "delete":
+                await world.stub.DeleteDocument(ingest_pb2.DeleteDocumentRequest(document_id=document_id))
+            elif action == "update":
+                await world.stub.UpdateDocument(_update(document_id, [f"round-{n}"]))
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ABORTED), exc.details()
+        try:
+            await upload
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() in (grpc.StatusCode.ABORTED, grpc.StatusCode.DEADLINE_EXCEEDED), exc.details()
+        await _settled(world)
+        world.assert_consistent()
