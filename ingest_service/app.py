@@ -24,6 +24,7 @@ from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
 from ingest_service.writer_lease import WriterLease
 from ragrpc.config import Settings
+from ragrpc.context_header import MAX_HEADER_TOKENS
 from ragrpc.embeddings import Embedder
 from ragrpc.metrics import Metrics, MetricsInterceptor
 from ragrpc.models import ExtractedDocument
@@ -83,9 +84,11 @@ def build_components(
     # many documents queue at once and leave in one group-committed call, and that a slow store
     # call never holds up extraction.
     store_executor = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="ingest-store")
+    # with context headers, MAX_HEADER_TOKENS of the model's window are kept free for the header
+    window = embedder.max_tokens - (MAX_HEADER_TOKENS if settings.context_headers else 0)
     planner = ChunkPlannerImpl(
         embedder.token_counter(),
-        embedder.max_tokens,
+        window,
         default_size=settings.chunk_size_tokens,
         default_overlap=settings.chunk_overlap_tokens,
         max_chunks_per_document=settings.max_chunks_per_document,
@@ -114,6 +117,7 @@ def build_components(
         observer=IngestMetricsObserver(metrics) if metrics else None,
         memory=ByteBudget(settings.extraction_memory_bytes),
         tracer=tracer,
+        context_headers=settings.context_headers,
     )
     ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
     documents = DocumentService(registry, lifecycle)

@@ -65,7 +65,7 @@ def build_chunk_records(
                 tags=tuple(item.spec.tags),
                 doc_date=facts.doc_date,
                 created_at=now,
-                metadata={k: v for k, v in item.spec.metadata.items()},
+                metadata={**facts.facts, **item.spec.metadata},
             )
         )
     return records

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import PurePath
 
+from ingest_service.filing_facts import extract_filing_facts, meaningful_title
 from ingest_service.metadata import document_metadata
 from ingest_service.requests import IngestItem
-from ragrpc.models import DocumentRecord, ExtractedDocument
+from ragrpc.context_header import FACT_KEYS
+from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
+
+_COVER_CHARS = 8000  # what the filing-facts rules read of a document's first pages
 
 
 @dataclass
@@ -25,6 +30,7 @@ class DocumentFacts:
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
     chunker: str = ""
+    facts: dict[str, str] = field(default_factory=dict)  # FACT_KEYS found in the text (also in metadata)
 
     def apply_to(self, record: DocumentRecord) -> None:
         record.source = self.source
@@ -65,11 +71,14 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
     meta = document_metadata(
         extracted, file_name=spec.file_name, source=spec.source, sha256=item.content_hash, size_bytes=item.size
     )
+    found = extract_filing_facts(extracted.text[:_COVER_CHARS], title=meta.title, file_name=spec.file_name)
+    facts = {key: getattr(found, key) for key in FACT_KEYS if getattr(found, key)}
+    title, title_source = choose_title(spec.title, extracted, spec.file_name, facts)
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}
-    merged = {**extra, **spec.metadata}
+    merged = {**extra, **facts, "title_source": title_source, **spec.metadata}
     return DocumentFacts(
         source=spec.source or spec.file_name or "",
-        title=spec.title or meta.title or "untitled",
+        title=title,
         media_type=extracted.media_type,
         content_hash=item.content_hash,
         size_bytes=item.size,
@@ -80,7 +89,31 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
         doc_date=parse_date(meta.modified) or parse_date(meta.created),
         tags=list(spec.tags),
         metadata={str(k): str(v) for k, v in merged.items()},
+        facts={k: v for k, v in facts.items() if k not in spec.metadata},
     )
+
+
+def choose_title(given: str, extracted: ExtractedDocument, file_name: str, facts: dict[str, str]) -> tuple[str, str]:
+    """The document's title and where it came from (recorded as metadata `title_source`): the one
+    the caller gave; the file's own title when it is one (not an identifier, a path, a placeholder);
+    the document's first heading; for filings and reports, organisation, document type and period;
+    the first short line of text; the file name."""
+    if given.strip():
+        return given.strip(), "request"
+    own = extracted.metadata.title.strip()
+    if own and meaningful_title(own, file_name=file_name):
+        return own[:300], "file metadata"
+    heading = next((b for b in extracted.blocks if b.kind is BlockKind.HEADING and b.text.strip()), None)
+    if heading is not None and meaningful_title(" ".join(heading.text.split())):
+        return " ".join(heading.text.split())[:300], "first heading"
+    if facts.get("organization") and (facts.get("document_type") or facts.get("fiscal_period")):
+        return " ".join(facts[k] for k in FACT_KEYS if facts.get(k)), "filing facts"
+    for line in extracted.text[:2000].splitlines():
+        line = " ".join(line.split())
+        if 3 <= len(line) <= 120 and sum(ch.isalpha() for ch in line) >= 3 and meaningful_title(line):
+            return line, "first line"
+    stem = PurePath(file_name).stem if file_name else ""
+    return (stem or "untitled"), ("file name" if stem else "none")
 
 
 def no_text_message(extracted: ExtractedDocument) -> str:

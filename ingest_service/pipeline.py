@@ -35,6 +35,7 @@ from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.lifecycle import Attempt, DocumentLifecycle
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ragrpc import errors
+from ragrpc.context_header import context_header, cut_to_tokens, with_header
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
@@ -112,7 +113,9 @@ class IngestPipeline:
         observer: ProgressCallback | None = None,
         memory: ByteBudget | None = None,
         tracer: Tracer | None = None,
+        context_headers: bool = False,
     ) -> None:
+        self._context_headers = context_headers
         self._tracer = tracer or NoopTracer()  # stage spans: extract, chunk, embed, write
         self._memory = memory or ByteBudget(1 << 62)
         self._extractor = extractor
@@ -300,10 +303,11 @@ class IngestPipeline:
         pending_write: asyncio.Future[None] | None = None
         child_vectors: dict[int, list[np.ndarray]] = {}
         embedded = 0
+        embedded_text = self._embedded_text(facts.title, {**facts.facts, **item.spec.metadata})
         try:
             for start in range(0, total, self._batch):
                 batch = searchable[start : start + self._batch]
-                vectors = await self._batcher.embed([d.text for d in batch])
+                vectors = await self._batcher.embed([embedded_text(d) for d in batch])
                 for draft, vector in zip(batch, vectors, strict=True):
                     if draft.parent_index >= 0:
                         child_vectors.setdefault(draft.parent_index, []).append(vector)
@@ -326,6 +330,24 @@ class IngestPipeline:
             rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
             await attempt.call(self._chunks.insert_chunks, rows)
         return embedded
+
+    def _embedded_text(self, title: str, metadata: dict[str, str]) -> Callable[[ChunkDraft], str]:
+        """What is embedded of a draft: its text, after its context header when those are on (one
+        header per section of the document, cut to the tokens the planner kept free)."""
+        if not self._context_headers:
+            return lambda draft: draft.text
+        counter = self._embedder.token_counter()
+        headers: dict[tuple[str, ...], str] = {}
+
+        def text(draft: ChunkDraft) -> str:
+            header = headers.get(draft.section_path)
+            if header is None:
+                header = headers[draft.section_path] = cut_to_tokens(
+                    context_header(title, draft.section_path, metadata), counter
+                )
+            return with_header(header, draft.text)
+
+        return text
 
     async def _fail(self, attempt: Attempt, error: errors.RagrpcError, report: ProgressCallback) -> None:
         await self._lifecycle.fail(attempt, error)

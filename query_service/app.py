@@ -69,7 +69,7 @@ def build_sparse(settings: Settings, chunks: ChunkStore, follower: RegistryFollo
             )
         return MilvusBm25Retriever(chunks)
     if backend == "rank_bm25":
-        sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)
+        sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks, context_headers=settings.context_headers)
         follower.add_listener(sync)
         return RankBm25Retriever(sync.index)
     raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
+from ragrpc.context_header import context_header, with_header
 from ragrpc.models import ChunkKind, ChunkRecord
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
@@ -27,14 +28,19 @@ logger = logging.getLogger(__name__)
 _RELOAD_BATCH = 512  # generations in one `in` list (the filter builder allows 1024)
 
 
-def indexed_chunk(chunk: ChunkRecord) -> IndexedChunk:
+def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> IndexedChunk:
+    """The chunk as the BM25 index holds it: its text (after its context header, built from the
+    stored title and section path, when those are on), and its row for the hit."""
     row = chunk_to_row(chunk)
     row.pop(s.DENSE, None)
-    return IndexedChunk(chunk.chunk_id, chunk.text, row)
+    header = context_header(chunk.title, chunk.section_path, chunk.metadata) if context_headers else ""
+    text = with_header(header, chunk.text)
+    return IndexedChunk(chunk.chunk_id, text, row)
 
 
 class SparseIndexSync:
-    def __init__(self, index: InProcessBm25Index, chunks: ChunkStore) -> None:
+    def __init__(self, index: InProcessBm25Index, chunks: ChunkStore, *, context_headers: bool = False) -> None:
+        self._context_headers = context_headers
         self._index = index
         self._chunks = chunks
         self._expected: dict[tuple[str, str], str] = {}  # documents seen while loading -> generation
@@ -63,7 +69,7 @@ class SparseIndexSync:
             for chunk in page:
                 key = (chunk.tenant, chunk.document_id)
                 if self._expected.get(key) == chunk.generation:
-                    grouped[key].append(indexed_chunk(chunk))
+                    grouped[key].append(indexed_chunk(chunk, context_headers=self._context_headers))
             scanned, pages = scanned + len(page), pages + 1
             if pages % 10 == 0:
                 logger.info("rank_bm25: %d chunks scanned", scanned)
@@ -89,6 +95,6 @@ class SparseIndexSync:
         grouped: dict[str, list[IndexedChunk]] = defaultdict(list)
         for page in self._chunks.scan_chunks(expr):
             for chunk in page:
-                grouped[chunk.generation].append(indexed_chunk(chunk))
+                grouped[chunk.generation].append(indexed_chunk(chunk, context_headers=self._context_headers))
         for document in documents:
             self._index.replace_document(document.tenant, document.document_id, grouped.get(document.generation, []))

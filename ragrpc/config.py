@@ -156,6 +156,12 @@ class Settings:
     chunk_overlap_tokens: int = _setting(
         30, "RAGRPC_CHUNK_OVERLAP_TOKENS", "Default overlap of fixed-size chunks (model tokens)"
     )
+    context_headers: bool = _setting(
+        True,
+        "RAGRPC_CONTEXT_HEADERS",
+        "Embed (ingest) and BM25-index (query) each chunk with a header naming its document's title and section "
+        "path (at most 32 model tokens, kept free in the window); Chunk.text stays the chunk's own text",
+    )
     # Servers
     host: str = _setting("127.0.0.1", "RAGRPC_HOST", "Address the services bind to")
     ingest_port: int = _setting(50051, "RAGRPC_INGEST_PORT", "Port of the ingest service")

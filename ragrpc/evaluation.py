@@ -12,6 +12,14 @@ Metrics (per query, then averaged over the queries that have judgments in the qr
   Recall@k  relevant (grade > 0) documents in the top k / all relevant documents
   MRR@k     1 / rank of the first relevant document in the top k, 0 if none
 A judged query missing from the run counts with an empty ranking (all metrics 0).
+
+Page-level metrics (look-alike documents: one target page per question), over ranked chunk hits
+that carry a document id and a 1-based page range (page_start..page_end, 0..0 when the format
+has no pages); every hit counts at its own rank (hits are chunks, not deduplicated documents):
+  document@k   1 when a hit of the target document is among the top k hits
+  page@k       1 when a hit of the target document whose page range holds the target page is
+               among the top k hits
+  MRR@k        1 / rank of the first such right-page hit in the top k, 0 if none
 """
 
 from __future__ import annotations
@@ -149,3 +157,65 @@ def doc_ranking_from_chunks(chunk_hits: Iterable[ScoredChunk]) -> list[str]:
             best[document_id] = hit.score
     first_seen = {document_id: position for position, document_id in enumerate(best)}
     return sorted(best, key=lambda document_id: (-best[document_id], first_seen[document_id]))
+
+
+# --- page-level metrics -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PageHit:
+    """One ranked chunk: its document and the 1-based pages its text comes from (0 when none)."""
+
+    document_id: str
+    page_start: int
+    page_end: int
+
+    def holds(self, document_id: str, page: int) -> bool:
+        return self.document_id == document_id and 0 < self.page_start <= page <= self.page_end
+
+
+@dataclass(frozen=True)
+class PageTarget:
+    """Where the answer of a question sits: a document and a 1-based page."""
+
+    document_id: str
+    page: int
+
+
+def document_at_k(hits: Sequence[PageHit], target: PageTarget, k: int) -> float:
+    return 1.0 if any(hit.document_id == target.document_id for hit in hits[:k]) else 0.0
+
+
+def page_at_k(hits: Sequence[PageHit], target: PageTarget, k: int) -> float:
+    return 1.0 if any(hit.holds(target.document_id, target.page) for hit in hits[:k]) else 0.0
+
+
+def page_mrr_at_k(hits: Sequence[PageHit], target: PageTarget, k: int) -> float:
+    for rank, hit in enumerate(hits[:k], 1):
+        if hit.holds(target.document_id, target.page):
+            return 1.0 / rank
+    return 0.0
+
+
+def evaluate_pages(
+    runs: Mapping[str, Sequence[PageHit]],
+    targets: Mapping[str, PageTarget],
+    document_k: Sequence[int] = (1, 5),
+    page_k: Sequence[int] = (5, 10),
+    mrr_k: int = 10,
+) -> dict[str, float]:
+    """Means over the questions of `targets` of document@k, page@k and MRR@k of the right page,
+    keyed "doc@1", "page@5", "mrr@10", ...; a question missing from `runs` scores 0."""
+    if not targets:
+        raise ValueError("no questions")
+    totals: dict[str, float] = {f"doc@{k}": 0.0 for k in document_k}
+    totals.update({f"page@{k}": 0.0 for k in page_k})
+    totals[f"mrr@{mrr_k}"] = 0.0
+    for question_id, target in targets.items():
+        hits = runs.get(question_id, ())
+        for k in document_k:
+            totals[f"doc@{k}"] += document_at_k(hits, target, k)
+        for k in page_k:
+            totals[f"page@{k}"] += page_at_k(hits, target, k)
+        totals[f"mrr@{mrr_k}"] += page_mrr_at_k(hits, target, mrr_k)
+    return {key: total / len(targets) for key, total in totals.items()}

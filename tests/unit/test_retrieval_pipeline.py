@@ -17,9 +17,11 @@ from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocument
 
 
 @pytest.fixture
-def world():  # type: ignore[no-untyped-def]
+def world(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     chunks, registry, embedder = InMemoryChunkStore(), InMemoryDocumentRegistry(), HashingEmbedder()
-    settings = dataclasses.replace(Settings(), workers=2, sparse_backend="rank_bm25")
+    # a test about the geometry of its own texts embeds them without context headers
+    headers = request.node.get_closest_marker("without_context_headers") is None
+    settings = dataclasses.replace(Settings(), workers=2, sparse_backend="rank_bm25", context_headers=headers)
     query = build_query(settings, embedder, chunks, registry)
     retrieve = query.retrieval.retrieve
 
@@ -92,6 +94,7 @@ async def test_fusion_reports_stage_scores(world) -> None:  # type: ignore[no-un
     assert {"embed_query", "dense_search", "sparse_search", "fuse", "total"} <= set(stages)
 
 
+@pytest.mark.without_context_headers
 async def test_mmr_removes_near_duplicates(world) -> None:  # type: ignore[no-untyped-def]
     ingest, query = world
     text = "Ducks dabble for food in shallow water near the shore."

@@ -1,0 +1,67 @@
+"""The context header of a chunk: what it is part of (the document's title, the section path), put
+in front of the chunk's text where it is embedded and indexed for BM25, so that a passage of one
+document can be told from the like passage of a sibling (the same table in two quarters' filings,
+the same boilerplate section in two reports).
+
+    "amzn-10k 2017 | Amazon.com, Inc. 10-K FY2017 | Item 7. Management's Discussion > Results\\n<text>"
+
+Only what is embedded and indexed carries it: `Chunk.text`, what callers read, prompts and
+citations, is the chunk's own text. The header is built from stored fields (the chunk's `title`
+and `section_path`, and the facts of `FACT_KEYS` in its metadata), so the ingest service
+(embedding) and the query service (its BM25 index) build the same one without storing it twice.
+It is cut to `MAX_HEADER_TOKENS` model tokens, and the chunk planner keeps that many tokens of
+the model's window free for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ragrpc.tokens import TokenCounter
+
+MAX_HEADER_TOKENS = 32
+SEPARATOR = " | "
+# Chunk metadata keys of the facts found in filings and reports (ingest_service.filing_facts), in
+# the order the header names them.
+FACT_KEYS = ("organization", "document_type", "fiscal_period")
+
+
+def context_header(
+    title: str, section_path: tuple[str, ...] | list[str] = (), metadata: Mapping[str, Any] | None = None
+) -> str:
+    """The header text (without token cut): title, the document's facts (organisation, document
+    type, fiscal period) that the title does not already say, then the section path."""
+    parts = [" ".join(title.split())] if title and title.strip() else []
+    said = parts[0].casefold() if parts else ""
+    facts = [str((metadata or {}).get(key) or "").strip() for key in FACT_KEYS]
+    facts = [fact for fact in facts if fact and fact.casefold() not in said]
+    if facts:
+        parts.append(" ".join(facts))
+    sections = [" ".join(s.split()) for s in section_path if s and s.strip()]
+    # a section path that repeats the title (a document whose first heading is its title) adds nothing
+    if sections and parts and sections[0].casefold() == parts[0].casefold():
+        sections = sections[1:]
+    if sections:
+        parts.append(" > ".join(sections))
+    return SEPARATOR.join(parts)
+
+
+def cut_to_tokens(header: str, counter: TokenCounter, limit: int = MAX_HEADER_TOKENS) -> str:
+    """`header` cut at a word boundary to at most `limit` tokens of the model."""
+    if not header or counter.count(header) <= limit:
+        return header
+    words = header.split(" ")
+    low, high = 0, len(words)
+    while low < high:  # the most words that fit
+        middle = (low + high + 1) // 2
+        if counter.count(" ".join(words[:middle])) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low])
+
+
+def with_header(header: str, text: str) -> str:
+    """The text as embedded / indexed."""
+    return f"{header}\n{text}" if header else text

@@ -1,0 +1,106 @@
+"""Chunks that know their document: the context header (title, section path) is embedded with
+every chunk and indexed for BM25, cut to its token budget, while Chunk.text stays the chunk's own
+text; a passage is then found by the name of its document, and look-alike passages of two
+documents are told apart."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ingest_service.app import build_components
+from ingest_service.requests import DocumentSpecInput, IngestItem
+from query_service.app import build_components as build_query
+from query_service.app import load_follower
+from query_service.retrieval_types import RetrievalQuery
+from ragrpc.config import Settings
+from ragrpc.context_header import MAX_HEADER_TOKENS, context_header, cut_to_tokens, with_header
+from ragrpc.store import filters as f
+from ragrpc.store import schema as s
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+
+
+class RecordingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(dimension=64)
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.texts.extend(texts)
+        return super().embed_documents(texts)
+
+
+def test_the_header_names_title_and_sections_and_skips_a_repeated_title() -> None:
+    assert context_header("Annual Report 2017", ("Item 7", "Results")) == "Annual Report 2017 | Item 7 > Results"
+    assert context_header("Guide", ("guide", "Setup")) == "Guide | Setup"
+    assert context_header("", ("Setup",)) == "Setup"
+    assert context_header("  Spaced   title ", ()) == "Spaced title"
+    assert with_header("", "body") == "body" and with_header("H", "body") == "H\nbody"
+
+
+def test_a_long_header_is_cut_at_a_word_to_its_token_budget() -> None:
+    counter = HashingEmbedder().token_counter()
+    header = context_header("A very long title " * 20, ("Section one", "Section two"))
+    cut = cut_to_tokens(header, counter)
+    assert counter.count(cut) <= MAX_HEADER_TOKENS < counter.count(header)
+    assert header.startswith(cut) and not cut.endswith(" ")
+
+
+def _settings(**changes: object) -> Settings:
+    values: dict[str, object] = {"workers": 2, "chunk_size_tokens": 40, "chunk_overlap_tokens": 0, **changes}
+    return dataclasses.replace(Settings(), **values)  # type: ignore[arg-type]
+
+
+SAME_TABLE = "Net sales increased by 12 percent compared with the prior year. Operating income rose as well."
+
+
+async def test_the_header_is_embedded_but_not_returned_and_bm25_finds_the_document_by_its_title() -> None:
+    embedder = RecordingEmbedder()
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = _settings(sparse_backend="rank_bm25")
+    ingest = build_components(settings, embedder, chunks, registry)
+    titles = (("acme-2017", "Acme Corporation Annual Report 2017"), ("zenith-2018", "Zenith Ltd 2018"))
+    for document_id, title in titles:
+        spec = DocumentSpecInput(document_id=document_id, file_name=f"{document_id}.md", title=title)
+        text = f"# Results of Operations\n\n{SAME_TABLE}\n"
+        await ingest.pipeline.ingest(IngestItem("t1", spec, text.encode()))
+    assert any(t.startswith("Acme Corporation Annual Report 2017 | Results of Operations\n") for t in embedder.texts)
+    stored = [c for page in chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "acme-2017")) for c in page]
+    assert stored and all(not c.text.startswith("Acme Corporation") for c in stored)  # Chunk.text: its own text
+
+    query = build_query(settings, embedder, chunks, registry)
+    load_follower(query.follower)
+    result = await query.retrieval.retrieve(
+        RetrievalQuery(text="Acme net sales increased", tenant="t1", mode="sparse", top_k=2)
+    )
+    assert result.hits[0].chunk.document_id == "acme-2017"  # the same passage, told apart by its document
+    assert not result.hits[0].chunk.text.startswith("Acme")
+    query.executor.shutdown(wait=False)
+    ingest.shutdown()
+
+
+async def test_headers_can_be_switched_off() -> None:
+    embedder = RecordingEmbedder()
+    ingest = build_components(
+        _settings(context_headers=False), embedder, InMemoryChunkStore(), InMemoryDocumentRegistry()
+    )
+    spec = DocumentSpecInput(document_id="plain", file_name="plain.txt", title="Plain Title")
+    await ingest.pipeline.ingest(IngestItem("t1", spec, SAME_TABLE.encode()))
+    assert embedder.texts and all(not t.startswith("Plain Title") for t in embedder.texts)
+    ingest.shutdown()
+
+
+def test_the_planner_keeps_the_headers_budget_free_in_the_window() -> None:
+    embedder = HashingEmbedder(max_tokens=100)
+    on = build_components(_settings(chunk_size_tokens=100), embedder, InMemoryChunkStore(), InMemoryDocumentRegistry())
+    off = build_components(
+        _settings(chunk_size_tokens=100, context_headers=False),
+        embedder,
+        InMemoryChunkStore(),
+        InMemoryDocumentRegistry(),
+    )
+    assert on.pipeline._planner._base.max_tokens == 100 - MAX_HEADER_TOKENS  # type: ignore[attr-defined]
+    assert off.pipeline._planner._base.max_tokens == 100  # type: ignore[attr-defined]
+    on.shutdown()
+    off.shutdown()
