@@ -66,6 +66,15 @@ def retrieval_query(
         tags=list(flt.tags),
         time_after=flt.document_time_after.seconds if flt.HasField("document_time_after") else None,
         time_before=flt.document_time_before.seconds if flt.HasField("document_time_before") else None,
+        facts={
+            key: values
+            for key, values in (
+                ("organization", list(flt.organizations)),
+                ("document_type", list(flt.document_types)),
+                ("fiscal_period", list(flt.fiscal_periods)),
+            )
+            if values
+        },
     )
 
 

@@ -138,6 +138,7 @@ class RetrievalPipeline:
             query.tags,
             query.time_after,
             query.time_before,
+            facts=query.facts,
         )
         if query.mode in ("hybrid", "sparse") and self._sparse is None:
             if query.mode == "sparse":

@@ -34,6 +34,8 @@ class RetrievalQuery:
     tags: list[str] = field(default_factory=list)
     time_after: int | None = None
     time_before: int | None = None
+    # metadata facts of filings: organization / document_type / fiscal_period -> accepted values
+    facts: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -180,6 +180,27 @@ class ContainsAny(FilterExpr):
 
 
 @dataclass(frozen=True)
+class JsonKeyIn(FilterExpr):
+    """`field["key"]` is one of `values`, on a JSON field; the key is from a fixed list, never caller text."""
+
+    field: str
+    key: str
+    values: tuple[str, ...]
+
+    def _render(self, context: _RenderContext) -> str:
+        if not _IDENTIFIER.match(self.key):
+            raise ValueError(f"JSON key {self.key!r} is not an identifier")
+        # milvus-lite's parser takes no `in` on a JSON path: one `==` per value
+        path = f'{_checked_field(self.field)}["{self.key}"]'
+        alternatives = " or ".join(f"{path} == {context.literal(value)}" for value in self.values)
+        return f"({alternatives})" if len(self.values) > 1 else alternatives
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        document = row.get(self.field)
+        return isinstance(document, Mapping) and document.get(self.key) in self.values
+
+
+@dataclass(frozen=True)
 class Conjunction(FilterExpr):
     """`and` (all parts hold) or `or` (any part holds) of at least one part."""
 
@@ -259,6 +280,23 @@ class FilterBuilder:
             raise InvalidInputError(f"{field_name} is not an array field", field=field_name)
         checked = self._values(field_name, values, lambda v: self._string(field_name, v))
         return ContainsAny(field_name, checked)
+
+    def metadata_in(self, key: str, values: Iterable[str]) -> FilterExpr:
+        """Chunks whose metadata[key] is one of `values` (key: schema.FILTERABLE_METADATA_KEYS)."""
+        if key not in schema.FILTERABLE_METADATA_KEYS:
+            raise InvalidInputError(f"metadata key {key!r} cannot be filtered on", field=str(key))
+        field_path = f"{schema.METADATA}.{key}"
+
+        def check(value: Any) -> str:
+            if not isinstance(value, str) or not value or len(value) > schema.MAX_METADATA_VALUE_CHARS:
+                raise InvalidInputError(
+                    f"{key} values must be 1-{schema.MAX_METADATA_VALUE_CHARS} characters", field=field_path
+                )
+            with _relabel(field_path):
+                quote_string(value)
+            return value
+
+        return JsonKeyIn(schema.METADATA, key, self._values(field_path, values, check))
 
     def and_(self, *exprs: FilterExpr) -> FilterExpr:
         return _conjunction("and", exprs)
@@ -361,13 +399,16 @@ def filter_from_request(
     time_after: int | None = None,
     time_before: int | None = None,
     *,
+    facts: Mapping[str, Iterable[str]] | None = None,
     builder: FilterBuilder = DEFAULT_BUILDER,
 ) -> FilterExpr:
     """The standard query filter: the tenant's retrievable chunks matching a MetadataFilter.
 
     collection "" means every collection of the tenant. time_after/time_before are unix
     seconds (doc_date >= after, doc_date < before); with either set, documents of unknown
-    date (doc_date == 0) are excluded. Errors name the request field (options.filter.*).
+    date (doc_date == 0) are excluded. `facts` maps a key of schema.FILTERABLE_METADATA_KEYS to
+    the values one of which a chunk's metadata must hold. Errors name the request field
+    (options.filter.*).
     """
     if not isinstance(tenant, str) or not tenant:
         raise InvalidInputError("tenant is required", field="tenant")
@@ -388,6 +429,11 @@ def filter_from_request(
         if values:
             with _relabel(f"options.filter.{request_field}"):
                 parts.append(make(field_name, values))
+    for key, values in (facts or {}).items():  # organization, document_type, fiscal_period
+        values = list(values)
+        if values:
+            with _relabel(f"options.filter.{key}s"):
+                parts.append(builder.metadata_in(key, values))
     parts.extend(_time_conditions(builder, time_after, time_before))
     return builder.and_(*parts)
 

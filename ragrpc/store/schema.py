@@ -39,6 +39,11 @@ DOC_DATE = "doc_date"  # INT64 unix seconds of the document's own date, 0 unknow
 CREATED_AT = "created_at"  # INT64 unix seconds of ingestion
 METADATA = "metadata"  # JSON, not filterable (kept out of hot filters)
 
+# Keys of the METADATA JSON a query may filter on (`metadata["key"] in [...]`): the facts the ingest
+# service finds in filings and reports (ingest_service.filing_facts; ragrpc.context_header.FACT_KEYS).
+FILTERABLE_METADATA_KEYS = ("organization", "document_type", "fiscal_period")
+MAX_METADATA_VALUE_CHARS = 4096
+
 SECTION_SEPARATOR = " > "
 MAX_TAGS = 32
 MAX_TAG_LENGTH = 128

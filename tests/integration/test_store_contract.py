@@ -150,3 +150,29 @@ def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:
     with_vectors = stores.chunks.get_chunks([chunks[1].chunk_id], with_vectors=True)
     assert np.allclose(with_vectors[0].vector, chunks[1].vector, atol=1e-6) and with_vectors[0].text == chunks[1].text
     assert stores.chunks.get_chunks([]) == []
+
+
+def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores) -> None:
+    facts = [
+        {"organization": "Amazon.com, Inc.", "document_type": "10-K", "fiscal_period": "FY2017"},
+        {"organization": "Amazon.com, Inc.", "document_type": "10-Q", "fiscal_period": "2018-Q2"},
+        {"organization": "Apple Inc.", "document_type": "10-K", "fiscal_period": "FY2017"},
+        {},
+    ]
+    chunks = [dataclasses.replace(_chunk(i, document_id=f"d{i}"), metadata=m) for i, m in enumerate(facts)]
+    stores.chunks.insert_chunks(chunks)
+
+    def found(**wanted: list[str]) -> set[str]:
+        expr = f.filter_from_request("t1", facts=wanted)
+        hits = stores.chunks.search_dense(np.array(_vector(0), dtype=np.float32), expr, 10)
+        by_query = {c.document_id for c in stores.chunks.query_chunks(expr, limit=10)}
+        assert {h.chunk.document_id for h in hits} == by_query  # search and query filter alike
+        return by_query
+
+    assert found(organization=["Amazon.com, Inc."]) == {"d0", "d1"}
+    assert found(organization=["Amazon.com, Inc."], document_type=["10-K"]) == {"d0"}
+    assert found(fiscal_period=["FY2017"], document_type=["10-K", "10-Q"]) == {"d0", "d2"}
+    assert found(organization=["amazon.com, inc."]) == set()  # exact values
+    with pytest.raises(errors.InvalidInputError) as refused:
+        f.filter_from_request("t1", facts={"author": ["x"]})
+    assert "cannot be filtered on" in refused.value.message

@@ -77,3 +77,34 @@ async def test_filing_facts_reach_metadata_chunks_and_the_header() -> None:
     assert stored and all(c.metadata.get("organization") == "Amazon.com, Inc." for c in stored)
     assert all("Amazon.com, Inc." in t.split("\n", 1)[0] and "FY2017" in t.split("\n", 1)[0] for t in embedder.texts)
     ingest.shutdown()
+
+
+async def test_a_retrieve_filtered_by_organisation_and_period_keeps_only_those_documents() -> None:
+    from query_service.app import build_components as build_query
+    from query_service.app import load_follower
+    from query_service.convert import retrieval_query
+    from ragrpc.v1 import retrieve_pb2
+
+    chunks, registry, embedder = InMemoryChunkStore(), InMemoryDocumentRegistry(), HashingEmbedder()
+    settings = dataclasses.replace(Settings(), workers=2, sparse_backend="rank_bm25")
+    ingest = build_components(settings, embedder, chunks, registry)
+    for document_id, cover in (
+        ("amzn-2017", COVER),
+        ("amzn-2016", COVER.replace("2017", "2016")),
+        ("aapl-2017", COVER.replace("AMAZON.COM, INC.", "APPLE INC.")),
+    ):
+        spec = DocumentSpecInput(document_id=document_id, file_name=f"{document_id}.txt")
+        body = f"{cover}\n\nItem 7. Net sales increased in the year.\n"
+        await ingest.pipeline.ingest(IngestItem("default", spec, body.encode()))
+    query = build_query(settings, embedder, chunks, registry)
+    load_follower(query.follower)
+    for mode in (retrieve_pb2.RETRIEVAL_MODE_DENSE, retrieve_pb2.RETRIEVAL_MODE_SPARSE):
+        options = retrieve_pb2.RetrievalOptions(
+            mode=mode,
+            filter=retrieve_pb2.MetadataFilter(organizations=["Amazon.com, Inc."], fiscal_periods=["FY2017"]),
+        )
+        converted = retrieval_query("net sales increased", options, "default", default_top_k=10, default_candidates=50)
+        result = await query.retrieval.retrieve(converted)
+        assert {h.chunk.document_id for h in result.hits} == {"amzn-2017"}, mode
+    query.executor.shutdown(wait=False)
+    ingest.shutdown()
