@@ -1,12 +1,17 @@
-"""make eval: retrieval quality on BEIR-layout datasets, through the real services over gRPC.
+"""make eval: retrieval quality on BEIR-layout datasets and on look-alike documents, through the
+real services over gRPC.
 
     python -m scripts.eval ../shared/eval/ir/scifact:train ../shared/eval/ir/cisi:test [--json out.json]
+    python -m scripts.eval --lookalike-only [--lookalike-max-questions N]
 
 For each dataset: start milvus-lite, the ingest service and two query services (sparse
 backend milvus_bm25 and rank_bm25), ingest the corpus through IngestDocuments (skipped when
 a previous run already ingested it: the data lives in .eval/<name>/), then Retrieve every
 judged query under each configuration and score documents ranked by their best chunk:
-nDCG@10, Recall@100, MRR@10. Prints a table and writes JSON.
+nDCG@10, Recall@100, MRR@10. Then the look-alike step (scripts/lookalike_eval.py; skip it with
+--no-lookalike): shared PDFs of a few families with questions generated from their page text,
+each answered on one page, scored as document@k and page@k over the returned chunks. Prints the
+tables and writes JSON ({"beir": [...], "lookalike": {...}}).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import grpc
 from ragrpc.evaluation import BeirDataset, evaluate, load_beir
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from scripts.bench.peers import bm25_peer
+from scripts.lookalike_eval import evaluate_lookalike, print_lookalike_table
 from scripts.processes import REPO, Stack
 
 _ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -39,8 +45,8 @@ BATCH = 64
 class Config:
     name: str
     backend: str  # which query service answers: milvus_bm25 | rank_bm25
-    mode: int
-    fusion: int = retrieve_pb2.FUSION_METHOD_UNSPECIFIED
+    mode: retrieve_pb2.RetrievalMode
+    fusion: retrieve_pb2.FusionMethod = retrieve_pb2.FUSION_METHOD_UNSPECIFIED
     mmr: float | None = None
 
 
@@ -67,6 +73,11 @@ def configs(include_milvus_bm25: bool) -> list[Config]:
             Config("hybrid rrf (milvus_bm25)", "milvus_bm25", hybrid, rrf),
         ]
     return out
+
+
+def lookalike_configs() -> list[Config]:
+    """The look-alike step's configurations: the BEIR tables' rank_bm25 ones without MMR."""
+    return [config for config in configs(include_milvus_bm25=False) if config.mmr is None]
 
 
 def document_id(beir_id: str) -> str:
@@ -243,11 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=str(REPO / ".eval" / "results.json"), help="where to write the JSON")
     parser.add_argument("--no-milvus-bm25", action="store_true", help="skip the milvus_bm25 sparse backend")
+    steps = parser.add_mutually_exclusive_group()
+    steps.add_argument("--no-lookalike", action="store_true", help="skip the look-alike document step")
+    steps.add_argument("--lookalike-only", action="store_true", help="run only the look-alike document step")
+    parser.add_argument(
+        "--lookalike-max-questions", type=int, default=None, help="ask at most N look-alike questions (spread evenly)"
+    )
     args = parser.parse_args(argv)
-    reports = [evaluate_dataset(spec, not args.no_milvus_bm25) for spec in args.datasets]
-    print_table(reports)
+    reports = [] if args.lookalike_only else [evaluate_dataset(s, not args.no_milvus_bm25) for s in args.datasets]
+    lookalike = None
+    if not args.no_lookalike:
+        lookalike = evaluate_lookalike(lookalike_configs(), max_questions=args.lookalike_max_questions)
+    if reports:
+        print_table(reports)
+    if lookalike:
+        print_lookalike_table(lookalike)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(reports, indent=2))
+    Path(args.json).write_text(json.dumps({"beir": reports, "lookalike": lookalike}, indent=2))
     print(f"\nwrote {args.json}")
     return 0
 

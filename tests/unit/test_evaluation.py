@@ -1,4 +1,4 @@
-"""Tests of BEIR loading and ranking metrics (hand-computed values)."""
+"""Tests of BEIR loading, ranking metrics and page-level metrics (hand-computed values)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ from pathlib import Path
 import pytest
 
 from ragrpc.evaluation import (
+    PageHit,
+    PageTarget,
     doc_ranking_from_chunks,
+    document_at_k,
     evaluate,
+    evaluate_pages,
     load_beir,
     load_qrels,
     mrr_at_k,
     ndcg_at_k,
+    page_at_k,
+    page_mrr_at_k,
     recall_at_k,
 )
 from ragrpc.models import ChunkRecord, ScoredChunk
@@ -126,3 +132,57 @@ def test_load_cisi() -> None:
     assert set().union(*dataset.qrels.values()) <= set(dataset.corpus)
     assert dataset.corpus["1"].title == "18 Editions of the Dewey Decimal Classifications"
     assert load_qrels(directory / "qrels" / "test.tsv") == dataset.qrels
+
+
+# --- page-level metrics (look-alike documents) ---------------------------------------------
+
+
+def test_document_and_page_at_k_with_page_ranges() -> None:
+    target = PageTarget("report", 4)
+    hits = [
+        PageHit("other", 4, 4),  # right page number, wrong document
+        PageHit("report", 1, 2),  # right document, wrong pages
+        PageHit("report", 3, 5),  # a chunk spanning pages 3..5 holds page 4
+    ]
+    assert document_at_k(hits, target, 1) == 0.0
+    assert document_at_k(hits, target, 2) == 1.0
+    assert page_at_k(hits, target, 2) == 0.0
+    assert page_at_k(hits, target, 3) == 1.0
+    assert page_mrr_at_k(hits, target, 10) == pytest.approx(1 / 3)
+    assert page_mrr_at_k(hits, target, 2) == 0.0
+    assert page_at_k([], target, 5) == 0.0 and document_at_k([], target, 5) == 0.0
+
+
+def test_page_ranges_are_inclusive_and_pageless_hits_hold_no_page() -> None:
+    assert PageHit("d", 2, 2).holds("d", 2)
+    assert PageHit("d", 2, 3).holds("d", 3) and not PageHit("d", 2, 3).holds("d", 4)
+    assert not PageHit("d", 0, 0).holds("d", 0)  # formats without pages
+    assert not PageHit("d", 0, 0).holds("d", 1)
+
+
+def test_hits_count_at_their_own_rank_not_deduplicated() -> None:
+    # five chunks of the right document on wrong pages push the right page out of the top 5
+    target = PageTarget("d", 9)
+    hits = [PageHit("d", p, p) for p in range(1, 6)] + [PageHit("d", 9, 9)]
+    assert document_at_k(hits, target, 1) == 1.0
+    assert page_at_k(hits, target, 5) == 0.0 and page_at_k(hits, target, 10) == 1.0
+    assert page_mrr_at_k(hits, target, 10) == pytest.approx(1 / 6)
+
+
+def test_evaluate_pages_averages_over_the_questions() -> None:
+    targets = {"q1": PageTarget("a", 1), "q2": PageTarget("b", 2), "q3": PageTarget("c", 3)}
+    runs = {
+        "q1": [PageHit("a", 1, 1)],  # right page first
+        "q2": [PageHit("a", 2, 2), PageHit("b", 1, 1), PageHit("b", 2, 2)],  # doc at 2, page at 3
+        "q9": [PageHit("c", 3, 3)],  # not a question; q3 is missing and scores 0
+    }
+    result = evaluate_pages(runs, targets)
+    assert set(result) == {"doc@1", "doc@5", "page@5", "page@10", "mrr@10"}
+    assert result["doc@1"] == pytest.approx(1 / 3)
+    assert result["doc@5"] == pytest.approx(2 / 3)
+    assert result["page@5"] == pytest.approx(2 / 3) and result["page@10"] == pytest.approx(2 / 3)
+    assert result["mrr@10"] == pytest.approx((1 + 1 / 3) / 3)
+    custom = evaluate_pages(runs, targets, document_k=(2,), page_k=(1,), mrr_k=2)
+    assert custom == pytest.approx({"doc@2": 2 / 3, "page@1": 1 / 3, "mrr@2": 1 / 3})
+    with pytest.raises(ValueError):
+        evaluate_pages(runs, {})
