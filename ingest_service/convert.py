@@ -6,8 +6,8 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
+from ingest_service.attempts import document_etag
 from ingest_service.jobs import JobSummary
-from ingest_service.lifecycle import document_etag
 from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import DocumentSpecInput
 from ragrpc import errors

@@ -26,7 +26,7 @@ Concurrency (one writer process, made sure of by ingest_service.writer_lease: wi
   deleted document does not come back; the cancelled attempts end with ABORTED.
 - An update while an attempt of the document runs or waits is refused with ABORTED
   (DOCUMENT_BUSY), nothing changed; an update with a stale etag with ABORTED (ETAG_MISMATCH).
-- The store writes of an attempt go through `Attempt.call`: when the attempt is cancelled or
+- The store writes of an attempt go through `Attempt.call` (ingest_service.attempts): when the attempt is cancelled or
   times out, its rollback first waits for the writes still running in store threads, so no chunk
   lands after the rollback deleted the attempt's chunks.
 - A failed attempt whose bookkeeping the store refused (Milvus unreachable) is settled in the
@@ -36,19 +36,16 @@ Concurrency (one writer process, made sure of by ingest_service.writer_lease: wi
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ingest_service.attempts import Attempt, document_etag, finish_despite_cancel
 from ingest_service.chunk_records import copied_chunk_id, new_generation
 from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
 from ragrpc import errors
@@ -63,59 +60,6 @@ T = TypeVar("T")
 
 DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
 _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
-
-
-def document_etag(record: DocumentRecord) -> str:
-    """AIP-154 etag of a document: changes whenever anything a caller can see of it changes."""
-    visible = {
-        name: value
-        for name, value in dataclasses.asdict(record).items()
-        if name not in ("pending_generation", "stale_generation", "deleting")
-    }
-    digest = hashlib.sha256(json.dumps(visible, sort_keys=True, default=str).encode()).hexdigest()
-    return f'"{digest[:24]}"'
-
-
-@dataclass
-class Attempt:
-    """One ingestion attempt of a document, between `begin` and `commit` / `fail`."""
-
-    record: DocumentRecord  # what the attempt will commit; pending_generation = generation
-    existing: DocumentRecord | None  # the stored record when it began (the version it replaces)
-    generation: str
-    _executor: Executor
-    _in_flight: set[concurrent.futures.Future[Any]] = field(default_factory=set)
-
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """A store write of the attempt, in a store thread, tracked until it has finished."""
-        future = self._executor.submit(fn, *args)
-        self._in_flight.add(future)
-        future.add_done_callback(self._in_flight.discard)
-        return await asyncio.wrap_future(future)
-
-    async def quiesce(self) -> None:
-        """Waits for every write of the attempt still running in a store thread."""
-        running = [asyncio.wrap_future(f) for f in list(self._in_flight)]
-        if running:
-            await asyncio.wait(running)
-
-
-async def finish_despite_cancel(work: Awaitable[T]) -> T:
-    """Runs `work` to its end even when the caller is cancelled meanwhile (a rollback must not stop
-    half-way); a cancellation that arrived is raised afterwards."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-            continue
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
 
 
 class DocumentLifecycle:

@@ -28,11 +28,12 @@ from typing import Protocol
 
 import numpy as np
 
+from ingest_service.attempts import Attempt
 from ingest_service.byte_budget import ByteBudget
 from ingest_service.chunk_records import build_chunk_records, mean_direction
 from ingest_service.document_facts import DocumentFacts, gather_facts, no_text_message
 from ingest_service.embed_batcher import EmbeddingBatcher
-from ingest_service.lifecycle import Attempt, DocumentLifecycle
+from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ragrpc import errors
 from ragrpc.context_header import context_header, cut_to_tokens, with_header
