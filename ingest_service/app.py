@@ -24,7 +24,6 @@ from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
 from ingest_service.writer_lease import WriterLease
 from ragrpc.config import Settings
-from ragrpc.context_header import MAX_HEADER_TOKENS
 from ragrpc.embeddings import Embedder
 from ragrpc.metrics import Metrics, MetricsInterceptor
 from ragrpc.models import ExtractedDocument
@@ -84,11 +83,10 @@ def build_components(
     # many documents queue at once and leave in one group-committed call, and that a slow store
     # call never holds up extraction.
     store_executor = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="ingest-store")
-    # with context headers, MAX_HEADER_TOKENS of the model's window are kept free for the header
-    window = embedder.max_tokens - (MAX_HEADER_TOKENS if settings.context_headers else 0)
+    # the planner plans with the whole window: a context header gets what each chunk leaves free
     planner = ChunkPlannerImpl(
         embedder.token_counter(),
-        window,
+        embedder.max_tokens,
         default_size=settings.chunk_size_tokens,
         default_overlap=settings.chunk_overlap_tokens,
         max_chunks_per_document=settings.max_chunks_per_document,

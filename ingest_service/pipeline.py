@@ -36,7 +36,7 @@ from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ragrpc import errors
-from ragrpc.context_header import context_header, cut_to_tokens, with_header
+from ragrpc.context_header import context_header, cut_to_tokens, header_budget, with_header
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
@@ -333,19 +333,17 @@ class IngestPipeline:
         return embedded
 
     def _embedded_text(self, title: str, metadata: dict[str, str]) -> Callable[[ChunkDraft], str]:
-        """What is embedded of a draft: its text, after its context header when those are on (one
-        header per section of the document, cut to the tokens the planner kept free)."""
+        """What is embedded of a draft: its text, after its context header when those are on, the
+        header cut to what the draft leaves free of the model's window (`header_budget`)."""
         if not self._context_headers:
             return lambda draft: draft.text
         counter = self._embedder.token_counter()
-        headers: dict[tuple[str, ...], str] = {}
+        window = self._embedder.max_tokens
 
         def text(draft: ChunkDraft) -> str:
-            header = headers.get(draft.section_path)
-            if header is None:
-                header = headers[draft.section_path] = cut_to_tokens(
-                    context_header(title, draft.section_path, metadata), counter
-                )
+            header = context_header(title, draft.section_path, metadata, draft.text)
+            if header:
+                header = cut_to_tokens(header, counter, header_budget(draft.text, counter, window))
             return with_header(header, draft.text)
 
         return text

@@ -33,7 +33,7 @@ def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> Index
     stored title and section path, when those are on), and its row for the hit."""
     row = chunk_to_row(chunk)
     row.pop(s.DENSE, None)
-    header = context_header(chunk.title, chunk.section_path, chunk.metadata) if context_headers else ""
+    header = context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if context_headers else ""
     text = with_header(header, chunk.text)
     return IndexedChunk(chunk.chunk_id, text, row)
 

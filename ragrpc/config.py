@@ -160,7 +160,8 @@ class Settings:
         True,
         "RAGRPC_CONTEXT_HEADERS",
         "Embed (ingest) and BM25-index (query) each chunk with a header naming its document's title and section "
-        "path (at most 32 model tokens, kept free in the window); Chunk.text stays the chunk's own text",
+        "path (at most 32 model tokens, within what the chunk leaves free of the window); Chunk.text stays the "
+        "chunk's own text",
     )
     # Servers
     host: str = _setting("127.0.0.1", "RAGRPC_HOST", "Address the services bind to")

@@ -9,8 +9,11 @@ Only what is embedded and indexed carries it: `Chunk.text`, what callers read, p
 citations, is the chunk's own text. The header is built from stored fields (the chunk's `title`
 and `section_path`, and the facts of `FACT_KEYS` in its metadata), so the ingest service
 (embedding) and the query service (its BM25 index) build the same one without storing it twice.
-It is cut to `MAX_HEADER_TOKENS` model tokens, and the chunk planner keeps that many tokens of
-the model's window free for it.
+It is cut to `MAX_HEADER_TOKENS` model tokens and to what the chunk leaves free of the model's
+window (`header_budget`): the chunk planner plans with the whole window, so adding headers never
+splits a passage that was one chunk, and a chunk that fills the window gets a shorter header or
+none. A chunk whose text already begins with the title (the first chunk of a document that opens
+with its title) gets no second copy of it.
 """
 
 from __future__ import annotations
@@ -28,12 +31,17 @@ FACT_KEYS = ("organization", "document_type", "fiscal_period")
 
 
 def context_header(
-    title: str, section_path: tuple[str, ...] | list[str] = (), metadata: Mapping[str, Any] | None = None
+    title: str,
+    section_path: tuple[str, ...] | list[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    text: str = "",
 ) -> str:
     """The header text (without token cut): title, the document's facts (organisation, document
-    type, fiscal period) that the title does not already say, then the section path."""
-    parts = [" ".join(title.split())] if title and title.strip() else []
-    said = parts[0].casefold() if parts else ""
+    type, fiscal period) that the title does not already say, then the section path. The title is
+    left out when `text`, the chunk's own text, already begins with it."""
+    title = " ".join(title.split()) if title else ""
+    said = title.casefold()
+    parts = [title] if title and not _begins_with(text, title) else []
     facts = [str((metadata or {}).get(key) or "").strip() for key in FACT_KEYS]
     facts = [fact for fact in facts if fact and fact.casefold() not in said]
     if facts:
@@ -47,9 +55,26 @@ def context_header(
     return SEPARATOR.join(parts)
 
 
+def _begins_with(text: str, title: str) -> bool:
+    if not text:
+        return False
+    opening = " ".join(text[: 2 * len(title) + 16].split()).casefold()
+    return opening.startswith(title.casefold())
+
+
+def header_budget(text: str, counter: TokenCounter, window: int) -> int:
+    """The tokens a header may take in front of `text` within `window` (the model's limit):
+    `MAX_HEADER_TOKENS` at most, and what the text leaves free (one token for the line break)."""
+    if window <= 0:
+        return MAX_HEADER_TOKENS
+    return max(0, min(MAX_HEADER_TOKENS, window - counter.count(text) - 1))
+
+
 def cut_to_tokens(header: str, counter: TokenCounter, limit: int = MAX_HEADER_TOKENS) -> str:
     """`header` cut at a word boundary to at most `limit` tokens of the model."""
-    if not header or counter.count(header) <= limit:
+    if not header or limit <= 0:
+        return ""
+    if counter.count(header) <= limit:
         return header
     words = header.split(" ")
     low, high = 0, len(words)

@@ -15,7 +15,7 @@ from query_service.app import build_components as build_query
 from query_service.app import load_follower
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc.config import Settings
-from ragrpc.context_header import MAX_HEADER_TOKENS, context_header, cut_to_tokens, with_header
+from ragrpc.context_header import MAX_HEADER_TOKENS, context_header, cut_to_tokens, header_budget, with_header
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
@@ -91,7 +91,7 @@ async def test_headers_can_be_switched_off() -> None:
     ingest.shutdown()
 
 
-def test_the_planner_keeps_the_headers_budget_free_in_the_window() -> None:
+def test_the_planner_plans_with_the_whole_window_and_the_header_gets_what_a_chunk_leaves_free() -> None:
     embedder = HashingEmbedder(max_tokens=100)
     on = build_components(_settings(chunk_size_tokens=100), embedder, InMemoryChunkStore(), InMemoryDocumentRegistry())
     off = build_components(
@@ -100,7 +100,36 @@ def test_the_planner_keeps_the_headers_budget_free_in_the_window() -> None:
         InMemoryChunkStore(),
         InMemoryDocumentRegistry(),
     )
-    assert on.pipeline._planner._base.max_tokens == 100 - MAX_HEADER_TOKENS  # type: ignore[attr-defined]
+    # adding headers never splits a passage that was one chunk without them
+    assert on.pipeline._planner._base.max_tokens == 100  # type: ignore[attr-defined]
     assert off.pipeline._planner._base.max_tokens == 100  # type: ignore[attr-defined]
     on.shutdown()
     off.shutdown()
+    counter = embedder.token_counter()
+    assert header_budget("word " * 10, counter, 100) == MAX_HEADER_TOKENS
+    assert header_budget("word " * 80, counter, 100) == 100 - 80 - 1
+    assert header_budget("word " * 99, counter, 100) == 0
+    assert cut_to_tokens("A title | Section", counter, 0) == ""
+
+
+async def test_a_chunk_that_fills_the_window_is_embedded_within_it() -> None:
+    embedder = RecordingEmbedder()
+    embedder_window = embedder.max_tokens
+    ingest = build_components(
+        _settings(chunk_size_tokens=embedder_window), embedder, InMemoryChunkStore(), InMemoryDocumentRegistry()
+    )
+    body = " ".join(f"w{i}" for i in range(embedder_window - 3))  # one paragraph, nearly the window
+    spec = DocumentSpecInput(document_id="full", file_name="full.txt", title="A Title Of Several Words Here")
+    await ingest.pipeline.ingest(IngestItem("t1", spec, body.encode()))
+    counter = embedder.token_counter()
+    assert embedder.texts and all(counter.count(t) <= embedder_window for t in embedder.texts)
+    assert any(t.startswith("A Title") for t in embedder.texts)  # the 2 free tokens take what fits
+    ingest.shutdown()
+
+
+def test_a_chunk_that_begins_with_the_title_gets_no_second_copy() -> None:
+    assert context_header("Alpha Report", ("Results",), None, "Alpha  report\n\nThe body") == "Results"
+    assert context_header("Alpha Report", (), None, "Alpha report\nbody") == ""
+    assert context_header("Alpha Report", (), None, "The body mentions Alpha Report") == "Alpha Report"
+    facts = {"organization": "Acme Corp", "fiscal_period": "FY2017"}
+    assert context_header("Acme Corp 10-K", (), facts, "Acme Corp 10-K\nItem 1") == "FY2017"
