@@ -43,6 +43,10 @@ class Block:
     level: int = 0  # heading level (1 = top) for HEADING, nesting depth for LIST_ITEM
     language: str = ""  # for CODE blocks: "python", "javascript", ... or ""
     table_header: str = ""  # for TABLE blocks: the Markdown header + separator lines
+    table_caption: str = ""  # for TABLE blocks: the table's caption or title, when the format has one
+    # for TABLE blocks: the block goes on with the rows of the TABLE block before it (a table that
+    # runs over a page break); its own header lines repeat that table's header
+    continues_table: bool = False
 
 
 @dataclass

@@ -33,8 +33,8 @@ class AutoChunker(PlannedChunker):
         self._recursive = RecursiveChunker(counter, self.config)
 
     def plan_short(self, view: DocumentView) -> list[Draft]:
-        start, end = view.whole()
-        return [Draft([(start, end)], f"{self.name}/whole", start)]
+        parts = view.whole_parts()
+        return [Draft(parts, f"{self.name}/whole", parts[0][0])]
 
     def plan(self, view: DocumentView, blocks: Sequence[int]) -> list[Draft]:
         has_headings = any(view.blocks[i].kind is BlockKind.HEADING for i in blocks)
@@ -70,8 +70,11 @@ class AutoChunker(PlannedChunker):
         kind = view.blocks[index].kind
         if kind not in (BlockKind.CODE, BlockKind.TABLE):
             return None
-        if view.count(*view.block_span(index)) <= self.config.inline_block_tokens:
-            return None  # small: stays with the text around it
+        over_a_page_break = kind is BlockKind.TABLE and (
+            view.same_table(index - 1, index) or view.same_table(index, index + 1)
+        )
+        if view.count(*view.block_span(index)) <= self.config.inline_block_tokens and not over_a_page_break:
+            return None  # small: stays with the text around it (a table over a page break stays one)
         return self._code if kind is BlockKind.CODE else self._table
 
     def _regions(

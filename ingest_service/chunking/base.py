@@ -259,7 +259,16 @@ class DocumentView:
         return sorted(found)
 
     def _runs_on(self, part: Range, following: Range) -> bool:
-        return part[1] <= following[0] and not self.text[part[1] : following[0]].strip()
+        if part[1] <= following[0] and not self.text[part[1] : following[0]].strip():
+            return True
+        return self.same_table(self.block_at(max(part[0], part[1] - 1)), self.block_at(following[0]))
+
+    def same_table(self, first: int, later: int) -> bool:
+        """Whether block `later` goes on with the table of block `first` (a table over a page
+        break: every block after `first` up to `later` continues it)."""
+        if not 0 <= first < later < len(self.blocks) or self.blocks[first].kind is not BlockKind.TABLE:
+            return False
+        return all(self.blocks[k].continues_table for k in range(first + 1, later + 1))
 
     def is_heading(self, piece: Piece) -> bool:
         index = self.block_at(piece.start)
@@ -276,15 +285,39 @@ class DocumentView:
             if k:
                 prev_start, prev_end = parts[k - 1]
                 gap = self.text[prev_end:start]
-                if not self._runs_on(parts[k - 1], (start, end)):
-                    same = self.block_at(prev_start) == self.block_at(start)
-                    gap = "\n" if same else BLOCK_SEPARATOR
+                if not self._runs_on(parts[k - 1], (start, end)) or self.text[prev_end:start].strip():
+                    before, after = self.block_at(max(prev_start, prev_end - 1)), self.block_at(start)
+                    gap = "\n" if before == after or self.same_table(before, after) else BLOCK_SEPARATOR
                 out.append(gap)
             out.append(self.text[start:end])
         return "".join(out)
 
     def whole(self) -> Range:
         return self.block_span(0)[0], self.block_span(len(self.blocks) - 1)[1]
+
+    def whole_parts(self) -> list[Range]:
+        """The whole text as parts, without the repeated header lines of a table that goes on
+        over a page break."""
+        parts: list[Range] = []
+        start = self.block_span(0)[0]
+        for index in range(1, len(self.blocks)):
+            if self.same_table(index - 1, index):
+                rows = self.continued_rows(index)
+                parts.append((start, self.block_span(index - 1)[1]))
+                start = rows[0] if rows[0] < rows[1] else self.block_span(index)[1]
+        parts.append((start, self.whole()[1]))
+        return [part for part in parts if part[0] < part[1]]
+
+    def continued_rows(self, index: int) -> Range:
+        """The rows of TABLE block `index`, a continuation (`continues_table`) that begins with the
+        declared header lines (Block.table_header) of the table it goes on with."""
+        start, end = self.block_span(index)
+        header = self.blocks[index].table_header.strip()
+        if header and self.text.startswith(header, start):
+            start = min(end, start + len(header))
+            while start < end and self.text[start].isspace():
+                start += 1
+        return start, end
 
 
 def draft_of(pieces: Sequence[Piece], chunker: str, own_from: int = 0) -> Draft:
@@ -368,8 +401,8 @@ class PlannedChunker:
         return chunks
 
     def plan_short(self, view: DocumentView) -> list[Draft]:
-        start, end = view.whole()
-        return [Draft([(start, end)], self.name, start)]
+        parts = view.whole_parts()
+        return [Draft(parts, self.name, parts[0][0])]
 
     def plan(self, view: DocumentView, blocks: Sequence[int]) -> list[Draft]:
         raise NotImplementedError

@@ -26,9 +26,9 @@ class HierarchicalChunker(PlannedChunker):
     name = "hierarchical"
 
     def plan_short(self, view: DocumentView) -> list[Draft]:
-        start, end = view.whole()
-        parent = Draft([(start, end)], self.name, start, ChunkKind.PARENT)
-        return [parent, Draft([(start, end)], self.name, start, parent=parent)]
+        parts = view.whole_parts()
+        parent = Draft(parts, self.name, parts[0][0], ChunkKind.PARENT)
+        return [parent, Draft(list(parts), self.name, parts[0][0], parent=parent)]
 
     def plan(self, view: DocumentView, blocks: Sequence[int]) -> list[Draft]:
         config = self.config

@@ -156,13 +156,16 @@ class _BlockBuilder:
             self._table(tag, path)
 
     def _table(self, table: Tag, path: tuple[str, ...]) -> None:
-        caption = table.find("caption")
-        if isinstance(caption, Tag) and caption.get_text(strip=True):
-            self.blocks.append(Block(BlockKind.PARAGRAPH, caption.get_text(" ", strip=True), section_path=path))
+        found = table.find("caption")
+        caption = found.get_text(" ", strip=True) if isinstance(found, Tag) else ""
+        if caption:
+            self.blocks.append(Block(BlockKind.PARAGRAPH, caption, section_path=path))
         grid, header_rows = table_grid(table, self.limits.max_table_cells)
         text, header = markdown_table(merge_header(grid, header_rows))
         if text:
-            self.blocks.append(Block(BlockKind.TABLE, text, section_path=path, table_header=header))
+            self.blocks.append(
+                Block(BlockKind.TABLE, text, section_path=path, table_header=header, table_caption=caption)
+            )
 
     def _flush(self) -> None:
         raw = "".join(self.buffer)

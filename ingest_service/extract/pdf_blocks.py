@@ -26,6 +26,8 @@ class Paragraph:
     bold: bool = False
     lines: int = 1
     table_header: str = ""
+    caption: str = ""  # TABLE: the table's caption (a one-cell first row)
+    continues: bool = False  # TABLE: goes on with the table at the end of the page before
 
 
 def _starts_item(text: str) -> bool:
@@ -69,7 +71,7 @@ def page_paragraphs(page: Page) -> list[Paragraph]:
             text, header, caption = line.table
             if caption:
                 out.append(Paragraph(BlockKind.PARAGRAPH, caption, page.number))
-            out.append(Paragraph(BlockKind.TABLE, text, page.number, table_header=header))
+            out.append(Paragraph(BlockKind.TABLE, text, page.number, table_header=header, caption=caption))
             continue
         if current and _breaks_paragraph(current, line):
             out.append(_paragraph(current, page.number))
@@ -101,11 +103,18 @@ def _heading_kind(p: Paragraph, body: float) -> str:
 
 
 def _continue_tables(paragraphs: list[Paragraph]) -> None:
-    """A table that goes on at the top of the next page gets the header it had before."""
+    """A table at the top of a page that has as many columns as the table that ended the page
+    before (nothing between them but the page break) goes on with it: it is marked as a
+    continuation, gets that table's header (when the page did not repeat it, its first row,
+    taken for a header, is a body row) and its caption."""
     for prev, cur in zip(paragraphs, paragraphs[1:], strict=False):
         if prev.kind is not BlockKind.TABLE or cur.kind is not BlockKind.TABLE or cur.page != prev.page + 1:
             continue
-        if prev.table_header.count("---") != cur.table_header.count("---") or cur.table_header == prev.table_header:
+        if prev.table_header.count("---") != cur.table_header.count("---"):
+            continue
+        cur.continues = True
+        cur.caption = cur.caption or prev.caption
+        if cur.table_header == prev.table_header:
             continue
         first_row = cur.table_header.split("\n")[0]
         body = cur.text.split("\n")[2:]
@@ -137,6 +146,8 @@ def build_blocks(paragraphs: list[Paragraph]) -> list[Block]:
                     section_path=sections.path,
                     level=level,
                     table_header=p.table_header,
+                    table_caption=p.caption,
+                    continues_table=p.continues,
                 )
             )
     return blocks

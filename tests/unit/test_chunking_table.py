@@ -6,6 +6,8 @@ import re
 from collections import Counter
 
 from ingest_service.chunking import ChunkingConfig, TableChunker
+from ingest_service.chunking.base import DocumentView
+from ingest_service.chunking.table import table_caption
 from ragrpc.models import Block, BlockKind, ExtractedDocument
 from ragrpc.tokens import WordTokenCounter
 from tests.unit.chunking_helpers import markdown_document, missing_words
@@ -71,12 +73,16 @@ def test_real_markdown_tables() -> None:
     document = markdown_document("pdfplumber__README.md")
     config = ChunkingConfig(chunk_size=120)
     chunks = TableChunker(COUNTER, config).chunk(document)
-    table_blocks = [b for b in document.blocks if b.kind is BlockKind.TABLE]
-    for block in table_blocks:
+    view = DocumentView(document, COUNTER)
+    for index, block in enumerate(view.blocks):
+        if block.kind is not BlockKind.TABLE:
+            continue
+        caption = table_caption(view, index)
         header_row = block.table_header.split("\n")[0]
-        parts = [c for c in chunks if c.text.startswith(header_row + "\n|")]
+        lead = f"{caption}\n" if caption else ""
+        parts = [c for c in chunks if c.text.startswith(lead + header_row + "\n|")]
         if COUNTER.count(block.text) <= config.max_tokens:
-            assert any(c.text == block.text for c in parts)
+            assert any(c.text == lead + block.text for c in parts)
         else:
             assert len(parts) >= 2
     assert not missing_words(document, chunks)
@@ -175,3 +181,93 @@ def test_a_two_row_header_is_repeated_whole() -> None:
     assert chunks[0].text.startswith(header + "\n")
     assert all(c.text.startswith(header + "\n") for c in chunks[1:])
     assert [line for c in chunks for line in c.text.split("\n")[3:]] == rows
+
+
+CAPTION = "Consolidated Statements of Operations (in millions, except per share data)"
+
+
+def test_every_part_of_a_split_table_starts_with_its_caption_and_header() -> None:
+    block = _table(300)
+    captioned = Block(BlockKind.TABLE, block.text, 3, ("Prices",), table_header=HEADER, table_caption=CAPTION)
+    above = Block(BlockKind.PARAGRAPH, CAPTION, 3, ("Prices",))  # as the PDF and HTML extractors give it
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("application/pdf", [above, captioned]))
+    parts = [c for c in chunks if "|" in c.text]
+    assert len(parts) > 5
+    assert parts[0].text.startswith(f"{CAPTION}\n{HEADER}\n")
+    assert all(c.text.startswith(f"{CAPTION}\n{REPEATED}\n") for c in parts[1:])
+    assert all(COUNTER.count(c.text) <= 254 for c in chunks)
+    rows = [line for c in parts for line in c.text.split("\n")[3:]]
+    assert rows == block.text.split("\n")[2:]  # every row once, in order
+
+
+def test_a_caption_like_line_above_a_table_is_its_caption_and_a_sentence_is_not() -> None:
+    def caption_of(above: str) -> str:
+        document = ExtractedDocument(
+            "application/pdf", [Block(BlockKind.PARAGRAPH, above, 3, ("Prices",)), _table(300)]
+        )
+        view = DocumentView(document, COUNTER)
+        return table_caption(view, 1)
+
+    assert caption_of("CONSOLIDATED BALANCE SHEETS") == "CONSOLIDATED BALANCE SHEETS"
+    assert caption_of("Table 4: Prices by product") == "Table 4: Prices by product"
+    assert caption_of("Net revenues by segment (in millions)") == "Net revenues by segment (in millions)"
+    assert caption_of("Prices by region:") == "Prices by region:"
+    assert caption_of("We sold more products this year than in any year before.") == ""
+    assert caption_of("The table below lists every product that we sold in the year with its price and stock:") == ""
+    other_page = ExtractedDocument(
+        "application/pdf", [Block(BlockKind.PARAGRAPH, "CONSOLIDATED BALANCE SHEETS", 2, ("Prices",)), _table(3)]
+    )
+    assert table_caption(DocumentView(other_page, COUNTER), 1) == ""
+
+
+def _pages(rows_per_page: list[int], repeat_header: bool = True) -> list[Block]:
+    """A table over pages 3.. as the PDF extractor gives it: the later pages' blocks begin with
+    the header (repeated on the page, or put there by the extractor) and continue the table."""
+    blocks, first = [], 0
+    for page, count in enumerate(rows_per_page):
+        body = "\n".join(f"| {k} | product-{k} | {k * 1.5:.2f} | {k % 7} |" for k in range(first, first + count))
+        first += count
+        blocks.append(
+            Block(
+                BlockKind.TABLE,
+                f"{HEADER}\n{body}",
+                3 + page,
+                ("Prices",),
+                table_header=HEADER,
+                continues_table=page > 0,
+            )
+        )
+    return blocks
+
+
+def _all_rows(blocks: list[Block]) -> list[str]:
+    return [line for b in blocks for line in b.text.split("\n")[2:]]
+
+
+def test_a_table_over_page_breaks_is_one_table_with_the_pages_of_its_rows() -> None:
+    blocks = _pages([45, 50, 12])
+    chunks = TableChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("application/pdf", blocks))
+    assert chunks[0].text.startswith(HEADER + "\n")
+    assert all(c.text.startswith(REPEATED + "\n") for c in chunks[1:])
+    rows = [line for c in chunks for line in c.text.split("\n")[2:]]
+    assert rows == _all_rows(blocks)  # every row once, in order; no repeated header between them
+    assert any(c.page_start < c.page_end for c in chunks)  # a part holds the rows on both sides of a break
+    for c in chunks:
+        numbers = [int(line.split("|")[1]) for line in c.text.split("\n")[2:]]
+        pages = {3 if n < 45 else 4 if n < 95 else 5 for n in numbers}
+        assert (c.page_start, c.page_end) == (min(pages), max(pages))
+    assert all(COUNTER.count(c.text) <= 254 for c in chunks)
+
+
+def test_a_short_table_over_a_page_break_is_one_chunk_under_the_auto_chunker() -> None:
+    from ingest_service.chunking import AutoChunker
+
+    intro = Block(BlockKind.PARAGRAPH, " ".join(f"word{k}" for k in range(190)), 3, ("Prices",))
+    blocks = [intro, *_pages([6, 2])]
+    chunks = AutoChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("application/pdf", blocks))
+    tables = [c for c in chunks if "|" in c.text]
+    assert len(tables) == 1
+    assert tables[0].text == "\n".join([HEADER, *_all_rows(blocks[1:])])
+    assert (tables[0].page_start, tables[0].page_end) == (3, 4)
+    whole = AutoChunker(COUNTER, ChunkingConfig()).chunk(ExtractedDocument("application/pdf", _pages([3, 2])))
+    assert [c.text for c in whole] == ["\n".join([HEADER, *_all_rows(_pages([3, 2]))])]

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest_service.chunking import AutoChunker, ChunkingConfig, TableChunker
+from ingest_service.chunking.table import cut_caption
 from ragrpc.models import Block, BlockKind, ChunkDraft, ExtractedDocument
 from ragrpc.tokens import HfTokenCounter, TokenCounter, WordTokenCounter
 from tests.unit.chunking_helpers import words
@@ -37,6 +38,8 @@ class Shape:
     ragged: bool  # rows with cells missing or extra
     declared: bool  # Block.table_header set, as the extractors do
     seed: int
+    caption: bool = False  # Block.table_caption set
+    pages: int = 1  # the rows run over this many pages: TABLE blocks marked continues_table
 
 
 SHAPES = st.builds(
@@ -50,6 +53,8 @@ SHAPES = st.builds(
     ragged=st.booleans(),
     declared=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
+    caption=st.booleans(),
+    pages=st.integers(1, 3),
 )
 CONFIGS = st.one_of(
     st.just(ChunkingConfig()),
@@ -79,8 +84,10 @@ def _line(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def make_table(shape: Shape) -> tuple[Block, list[str]]:
-    """A TABLE block of the shape and its cells' texts (header cells included)."""
+def make_table(shape: Shape) -> tuple[list[Block], list[str]]:
+    """The TABLE block(s) of the shape (one per page, the later ones repeating the header and
+    marked continues_table, as the PDF extractor makes them) and its cells' texts (header cells
+    and caption included)."""
     rng = random.Random(shape.seed)
     header = [[_cell(rng, shape, header=True) for _ in range(shape.columns)] for _ in range(shape.header_rows)]
     header[0][0] = header[0][0] or "Item"  # a header row is never blank
@@ -92,9 +99,27 @@ def make_table(shape: Shape) -> tuple[Block, list[str]]:
         rows = [r[: rng.randint(1, len(r))] if rng.random() < 0.3 else r + ["extra"] for r in rows]
     separator = "| " + " | ".join(rng.choice(["---", ":---:", "---:", "-"]) for _ in range(shape.columns)) + " |"
     head = "\n".join([*(_line(r) for r in header), separator])
-    text = "\n".join([head, *(_line(r) for r in rows)])
-    block = Block(BlockKind.TABLE, text, 1, ("Statements",), table_header=head if shape.declared else "")
-    return block, [c for r in header + rows for c in r if c]
+    caption = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 40))) if shape.caption else ""
+    pages = max(1, min(shape.pages, len(rows)))
+    cuts = sorted(rng.sample(range(1, len(rows)), pages - 1)) if pages > 1 else []
+    blocks = []
+    for page, (first, last) in enumerate(zip([0, *cuts], [*cuts, len(rows)], strict=True)):
+        text = "\n".join([head, *(_line(r) for r in rows[first:last])])
+        declared = head if shape.declared or page else ""  # continuations always carry the header
+        blocks.append(
+            Block(
+                BlockKind.TABLE,
+                text,
+                1 + page,
+                ("Statements",),
+                table_header=declared,
+                table_caption=caption,
+                continues_table=page > 0,
+            )
+        )
+    if caption:  # the extractors also give the caption as a paragraph above the table
+        blocks.insert(0, Block(BlockKind.PARAGRAPH, caption, 1, ("Statements",)))
+    return blocks, [c for r in header + rows for c in r if c] + ([caption] if caption else [])
 
 
 def _header_names(block: Block) -> tuple[set[str], str]:
@@ -143,22 +168,40 @@ def _pieced(word: str, pieces: set[str]) -> bool:
 
 
 def check_table_chunks(
-    block: Block, cells: list[str], chunks: list[ChunkDraft], counter: TokenCounter, limit: int
+    blocks: list[Block], cells: list[str], chunks: list[ChunkDraft], counter: TokenCounter, config: ChunkingConfig
 ) -> None:
+    limit, chunk_size = config.max_tokens, config.chunk_size
     assert chunks
     assert all(counter.count(c.text) <= limit for c in chunks), max(counter.count(c.text) for c in chunks)
     assert not _lost_words(cells, chunks)  # every cell's text is kept
-    names, head = _header_names(block)
+    tables = [b for b in blocks if b.kind is BlockKind.TABLE]
+    names, head = _header_names(tables[0])
+    caption = tables[0].table_caption
     for c in chunks[1:]:
-        assert _starts_with_header(c.text, names, head), c.text[:300]
+        if caption and c.text in caption:  # the caption's own paragraph (perhaps in pieces)
+            continue
+        text = c.text
+        first, _, rest = text.partition("\n")
+        if caption and caption.startswith(first):  # the part says which table it is from
+            text = rest
+        elif caption:  # only where it would leave a row less than half a chunk of room
+            cut = cut_caption(caption, counter, min(32, limit // 4))
+            assert counter.count(cut) + counter.count(c.text) > limit - chunk_size // 2 - 2, c.text[:300]
+        assert _starts_with_header(text, names, head), c.text[:300]
+    pages = {b.page for b in tables}
+    assert all(c.page_start in pages and c.page_end in pages for c in chunks)
+    if len(tables) > 1:  # the repeated header lines of later pages are not in the middle of a part
+        separator = head.split("\n")[-1]
+        for c in chunks:
+            assert c.text.split("\n").count(separator) <= 1, c.text[:300]
 
 
 def run_shape(shape: Shape, config: ChunkingConfig, counter: TokenCounter) -> None:
-    block, cells = make_table(shape)
-    document = ExtractedDocument("application/pdf", [block])
+    blocks, cells = make_table(shape)
+    document = ExtractedDocument("application/pdf", blocks)
     chunks = TableChunker(counter, config).chunk(document)
-    check_table_chunks(block, cells, chunks, counter, config.max_tokens)
-    around = ExtractedDocument("application/pdf", [Block(BlockKind.PARAGRAPH, "Results of operations."), block])
+    check_table_chunks(blocks, cells, chunks, counter, config)
+    around = ExtractedDocument("application/pdf", [Block(BlockKind.PARAGRAPH, "Results of operations.", 1), *blocks])
     auto = AutoChunker(counter, config).chunk(around)  # the path of the 10-Q report
     assert all(counter.count(c.text) <= config.max_tokens for c in auto)
 

@@ -213,3 +213,18 @@ def test_pdf_dates() -> None:
     assert pdf_date_to_iso("D:20200806095125Z") == "2020-08-06T09:51:25Z"
     assert pdf_date_to_iso("D:2019") == "2019-01-01"
     assert pdf_date_to_iso("garbage") == ""
+
+
+def test_the_warn_reports_table_over_14_pages_is_one_table() -> None:
+    """The WARN report is one table over its pages: every page's table after the first goes on
+    with it (continues_table), and the auto chunker packs rows across the page breaks."""
+    from ingest_service.chunking import AutoChunker, ChunkingConfig
+    from ragrpc.tokens import WordTokenCounter
+
+    document = PdfExtractor().extract((PDF / "pdfplumber__WARN-Report-for-7-1-2015-to-03-25-2016.pdf").read_bytes())
+    tables = [b for b in document.blocks if b.kind is BlockKind.TABLE]
+    assert len(tables) >= 10 and sum(b.continues_table for b in tables) >= len(tables) - 2
+    chunks = AutoChunker(WordTokenCounter(), ChunkingConfig()).chunk(document)
+    assert any(c.page_end > c.page_start for c in chunks)
+    separator = tables[0].table_header.split("\n")[-1]  # later parts carry the header compacted
+    assert sum(c.text.split("\n").count(separator) for c in chunks) == 1  # no page's repeated header inside
