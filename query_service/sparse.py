@@ -6,7 +6,7 @@ from query_service.sparse_index import InProcessBm25Index
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store.base import ChunkStore
 from ragrpc.store.filters import FilterExpr
-from ragrpc.store.milvus_chunks import row_to_chunk
+from ragrpc.store.milvus_chunks import hit_to_chunk
 
 
 class MilvusBm25Retriever:
@@ -47,6 +47,8 @@ class RankBm25Retriever:
             return False
 
         for chunk_id, score in self._index.search(query, limit, tenant=tenant, allow=allow, document_ids=document_ids):
-            chunk = row_to_chunk(rows[chunk_id])
-            hits.append(ScoredChunk(chunk=chunk, score=float(score), scores=StageScores(sparse=float(score))))
+            chunk = hit_to_chunk(rows[chunk_id])  # the index keeps no text: the final hits' rows are read
+            hits.append(
+                ScoredChunk(chunk=chunk, score=float(score), scores=StageScores(sparse=float(score)), complete=False)
+            )
         return hits

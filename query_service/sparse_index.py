@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import sys
 import threading
 from array import array
 from collections import Counter, defaultdict
@@ -136,8 +137,10 @@ class _Scope:
         self.alive = _GrowableArray(np.bool_)
         self.slot_chunk_ids: list[str] = []
         self.slot_attrs: list[Mapping[str, Any]] = []
-        self.documents: dict[str, list[int]] = {}
-        self.document_terms: dict[str, Counter[str]] = {}  # term -> chunks of the doc having it
+        self.documents: dict[str, range] = {}  # a document's chunks hold consecutive slots
+        # the terms of each of the document's chunks (interned: shared with the postings' keys),
+        # what its removal takes off the document frequencies
+        self.document_terms: dict[str, tuple[str, ...]] = {}
         self.live_chunks = 0
         self.live_length = 0
         self.dead_slots = 0
@@ -150,7 +153,7 @@ class _Scope:
     ) -> None:
         postings = self.postings
         first_slot = len(self.slot_chunk_ids)
-        document_terms: Counter[str] = Counter()
+        document_terms: list[str] = []
         for slot, (chunk, chunk_frequencies) in enumerate(zip(chunks, frequencies, strict=True), first_slot):
             self.slot_chunk_ids.append(chunk.chunk_id)
             self.slot_attrs.append(
@@ -162,18 +165,19 @@ class _Scope:
             self.live_length += length
             for term, tf in chunk_frequencies.items():
                 postings[term].extend((slot, tf))
-            document_terms.update(chunk_frequencies.keys())
-        self._change_df(document_terms)
+            document_terms.extend(chunk_frequencies.keys())
+        self._change_df(Counter(document_terms))
         self.live_chunks += len(chunks)
-        self.documents[document_id] = list(range(first_slot, first_slot + len(chunks)))
-        self.document_terms[document_id] = document_terms
+        self.documents[document_id] = range(first_slot, first_slot + len(chunks))
+        self.document_terms[document_id] = tuple(document_terms)
         self.version += 1
 
     def remove(self, document_id: str) -> bool:
         slots = self.documents.pop(document_id, None)
         if slots is None:
             return False
-        self._change_df({term: -count for term, count in self.document_terms.pop(document_id).items()})
+        removed = Counter(self.document_terms.pop(document_id))
+        self._change_df({term: -count for term, count in removed.items()})
         for slot in slots:
             self.alive.data[slot] = False
             self.live_length -= int(self.doc_len.data[slot])
@@ -216,7 +220,11 @@ class _Scope:
         self.slot_attrs = [self.slot_attrs[i] for i in keep]
         self.doc_len = _GrowableArray.of(self.doc_len.data[keep])
         self.alive = _GrowableArray.of(np.ones(len(keep), dtype=np.bool_))
-        self.documents = {doc: [int(new_slot[s]) for s in slots] for doc, slots in self.documents.items()}
+        # live slots keep their order, so a document's chunks stay consecutive
+        self.documents = {
+            doc: range(int(new_slot[slots[0]]), int(new_slot[slots[0]]) + len(slots)) if slots else range(0)
+            for doc, slots in self.documents.items()
+        }
         self.dead_slots = 0
         self.version += 1
 
@@ -322,7 +330,12 @@ class InProcessBm25Index:
     def _prepare(self, chunks: Sequence[IndexedChunk | tuple]) -> tuple[list[IndexedChunk], list[Counter[str]]]:
         """Analyse outside the lock: the chunks and each one's term frequencies."""
         prepared = [IndexedChunk(*chunk) for chunk in chunks]
-        return prepared, [Counter(self._analyzer.analyze(chunk.text)) for chunk in prepared]
+        # terms interned: one copy of each term for the postings and every document's term list
+        frequencies = [
+            Counter({sys.intern(term): tf for term, tf in Counter(self._analyzer.analyze(chunk.text)).items()})
+            for chunk in prepared
+        ]
+        return prepared, frequencies
 
     def search(
         self,

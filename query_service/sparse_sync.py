@@ -11,6 +11,7 @@ request path. Removed documents leave the index at once.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import defaultdict
 
@@ -28,14 +29,28 @@ logger = logging.getLogger(__name__)
 _RELOAD_BATCH = 512  # generations in one `in` list (the filter builder allows 1024)
 
 
+# What the index keeps of a chunk: the fields filters test (schema.FILTERABLE_FIELDS, the
+# filterable metadata keys) and those of a hit; the text and the rest of the row are read from
+# the store for the final hits only (Retrieval._complete), so the index holds no copy of them.
+_KEPT_FIELDS = (*s.FILTERABLE_FIELDS, s.CHUNKER)
+_SHARED_FIELDS = (s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.GENERATION, s.SOURCE, s.MEDIA_TYPE, s.CHUNKER)
+
+
 def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> IndexedChunk:
-    """The chunk as the BM25 index holds it: its text (after its context header, built from the
-    stored title and section path, when those are on), and its row for the hit."""
+    """The chunk as the BM25 index holds it: its text to analyse (after its context header,
+    built from the stored title and section path, when those are on) and the attributes that
+    filters and hits need. Strings every chunk of a document repeats are interned, so a
+    document's chunks share one copy."""
     row = chunk_to_row(chunk)
-    row.pop(s.DENSE, None)
+    attrs = {name: row[name] for name in _KEPT_FIELDS}
+    for name in _SHARED_FIELDS:
+        attrs[name] = sys.intern(attrs[name])
+    facts = {key: chunk.metadata[key] for key in s.FILTERABLE_METADATA_KEYS if key in chunk.metadata}
+    if facts:
+        attrs[s.METADATA] = facts
+    attrs[s.TAGS] = tuple(sys.intern(tag) for tag in attrs[s.TAGS])
     header = context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if context_headers else ""
-    text = with_header(header, chunk.text)
-    return IndexedChunk(chunk.chunk_id, text, row)
+    return IndexedChunk(chunk.chunk_id, with_header(header, chunk.text), attrs)
 
 
 class SparseIndexSync:

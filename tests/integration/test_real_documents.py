@@ -213,6 +213,8 @@ def test_a_nics_row_comes_back_intact_under_its_header(client: Client, state: st
     assert holding, f"no chunk with the {state} row among {[h.chunk.chunk.text[:80] for h in hits]}"
     rank, chunk = holding[0]
     lines = chunk.text.split("\n")
+    assert lines[0] == "NICS Firearm Background Checks November - 2015"  # the table's caption, on every part
+    lines = lines[1:]
     assert lines[0].startswith("| State / Territory |") and "Permit" in lines[0] and "Totals" in lines[0]
     assert _SEPARATOR.match(lines[1]), lines[1]
     row = next(line for line in lines if cells(line)[:1] == [state])

@@ -11,9 +11,11 @@ from query_service.analyzer import EnglishAnalyzer
 from query_service.registry_follower import RegistryFollower
 from query_service.sparse import RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
-from query_service.sparse_sync import SparseIndexSync
+from query_service.sparse_sync import SparseIndexSync, indexed_chunk
 from ragrpc.config import Settings
+from ragrpc.models import ChunkRecord
 from ragrpc.store import filters as f
+from ragrpc.store import schema as s
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
 
 DUCKS = b"Ducks swim on ponds and eat water plants. Mallards are the most common ducks."
@@ -47,3 +49,27 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
 
     await ingest.documents.delete("t1", "birds")
     assert hits("mute swans") == []
+
+
+def test_the_index_keeps_what_filters_and_hits_need_and_no_text() -> None:
+    chunk = ChunkRecord(
+        chunk_id="d1-0",
+        document_id="d1",
+        tenant="t1",
+        collection="default",
+        generation="g1",
+        text="Net sales increased by 12 percent.",
+        vector=[0.1, 0.2],
+        chunk_index=0,
+        chunker="auto/whole",
+        title="Acme 10-K",
+        tags=("finance",),
+        metadata={"organization": "Acme Corp", "beir_id": "7", "title_source": "request"},
+    )
+    indexed = indexed_chunk(chunk, context_headers=True)
+    assert indexed.text.endswith("Net sales increased by 12 percent.")
+    assert s.TEXT not in indexed.attrs and s.DENSE not in indexed.attrs and s.TITLE not in indexed.attrs
+    assert set(s.FILTERABLE_FIELDS) <= set(indexed.attrs)
+    assert indexed.attrs[s.METADATA] == {"organization": "Acme Corp"}  # the filterable facts only
+    other = indexed_chunk(dataclasses.replace(chunk, chunk_id="d1-1", document_id="".join(["d", "1"])))
+    assert other.attrs[s.DOCUMENT_ID] is indexed.attrs[s.DOCUMENT_ID]  # one copy per document
