@@ -12,7 +12,10 @@ from pathlib import Path
 from query_service.analyzer import EnglishAnalyzer
 from query_service.answering import AnswerService
 from query_service.context import ContextAssembler
+from query_service.dense import InProcessDenseRetriever, StoreDenseRetriever, dense_search_mode
+from query_service.dense_index import InProcessDenseIndex
 from query_service.generation import build_generator_chain, parse_endpoints
+from query_service.index_sync import ChunkIndexSync
 from query_service.prompt_templates import PromptBuilder, PromptTemplates
 from query_service.registry_follower import RegistryFollower
 from query_service.remote_rerank import RemoteRerankConfig, RemoteReranker
@@ -21,7 +24,6 @@ from query_service.retrieval import FollowedVisibility, RetrievalPipeline, Spars
 from query_service.servicer import RetrievalLimits, RetrieveServicer
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
-from query_service.sparse_sync import SparseIndexSync
 from ragrpc import deadlines, errors
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
@@ -55,24 +57,37 @@ class QueryComponents:
         return [asyncio.create_task(loop.run(), name=loop.name) for loop in self.background]
 
 
-def build_sparse(settings: Settings, chunks: ChunkStore, follower: RegistryFollower) -> SparseRetriever | None:
+def build_sparse(
+    settings: Settings,
+    chunks: ChunkStore,
+    follower: RegistryFollower,
+    dense_index: InProcessDenseIndex | None = None,
+) -> SparseRetriever | None:
     """The configured sparse retriever; rank_bm25's index becomes a listener of the follower (it is
-    filled when the follower loads)."""
+    filled when the follower loads). With `dense_index`, one sync keeps both indexes (one scan),
+    and without rank_bm25 it keeps the dense index alone."""
     backend = settings.sparse_backend.lower()
-    if backend == "none":
-        return None
-    if backend == "milvus_bm25":
-        if not chunks.supports_bm25:
-            raise errors.PreconditionError(
-                "RAGRPC_SPARSE_BACKEND=milvus_bm25 but the collection has no BM25 function "
-                "(Milvus < 2.5); use rank_bm25 or none"
-            )
-        return MilvusBm25Retriever(chunks)
-    if backend == "rank_bm25":
-        sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks, context_headers=settings.context_headers)
+    if backend not in ("none", "milvus_bm25", "rank_bm25"):
+        raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")
+    if backend == "milvus_bm25" and not chunks.supports_bm25:
+        raise errors.PreconditionError(
+            "RAGRPC_SPARSE_BACKEND=milvus_bm25 but the collection has no BM25 function "
+            "(Milvus < 2.5); use rank_bm25 or none"
+        )
+    bm25 = InProcessBm25Index(EnglishAnalyzer()) if backend == "rank_bm25" else None
+    if bm25 is not None or dense_index is not None:
+        sync = ChunkIndexSync(bm25, chunks, context_headers=settings.context_headers, dense=dense_index)
         follower.add_listener(sync)
-        return RankBm25Retriever(sync.index)
-    raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")
+    if backend == "milvus_bm25":
+        return MilvusBm25Retriever(chunks)
+    return RankBm25Retriever(bm25) if bm25 is not None else None
+
+
+def build_dense_index(settings: Settings, chunks: ChunkStore, dimension: int) -> InProcessDenseIndex | None:
+    """The in-process dense index where RAGRPC_DENSE_SEARCH resolves to in_process, else None."""
+    mode = dense_search_mode(settings.dense_search, chunks)
+    logger.info("dense search: %s (RAGRPC_DENSE_SEARCH=%s)", mode, settings.dense_search)
+    return InProcessDenseIndex(dimension) if mode == "in_process" else None
 
 
 def load_follower(follower: RegistryFollower) -> None:
@@ -136,13 +151,17 @@ def build_components(
         tracer = tracer_from_setting(settings.tracing)
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
     follower = RegistryFollower(registry, reconcile_interval_s=settings.registry_reconcile_interval_s)
+    dense_index = build_dense_index(settings, chunks, embedder.dimension)
     if sparse is None and use_configured_sparse:
-        sparse = build_sparse(settings, chunks, follower)
+        sparse = build_sparse(settings, chunks, follower, dense_index)
+    elif dense_index is not None:  # the sparse retriever was given: a sync for the dense index alone
+        follower.add_listener(ChunkIndexSync(None, chunks, context_headers=settings.context_headers, dense=dense_index))
     if load:
         load_follower(follower)
     retrieval = RetrievalPipeline(
         embedder=embedder,
         chunks=chunks,
+        dense=InProcessDenseRetriever(dense_index) if dense_index is not None else StoreDenseRetriever(chunks),
         visibility=FollowedVisibility(follower, registry),
         sparse=sparse,
         reranker=reranker,

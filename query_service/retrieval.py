@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from query_service.dense import StoreDenseRetriever
 from query_service.diversity import MmrDiversifier
 from query_service.fusion import RrfFusion, WeightedFusion
 from query_service.rerank import Reranker, RerankUnavailableError
@@ -41,6 +42,16 @@ class SparseRetriever(Protocol):
 
     def search(
         self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
+    ) -> list[ScoredChunk]: ...
+
+
+class DenseRetriever(Protocol):
+    """Vector search over the tenant's chunks matching `expr`: hits with their hit fields (complete=False)."""
+
+    name: str
+
+    def search(
+        self, vector: np.ndarray, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
     ) -> list[ScoredChunk]: ...
 
 
@@ -72,8 +83,9 @@ class RegistryVisibility:
 
 class FollowedVisibility:
     """Visibility from the registry follower's memory; only documents it does not know yet (ingested
-    since its last poll, or never visible) are read from the registry, so a document is found by dense
-    search as soon as its ingestion is acknowledged, and a query costs no store call once followed."""
+    since its last poll, or never visible) are read from the registry, so a document is found by the
+    store's dense search as soon as its ingestion is acknowledged (by the in-process indexes after the
+    follower's next poll), and a query costs no store call once followed."""
 
     def __init__(self, followed: Visibility, registry: DocumentRegistry) -> None:
         self._followed = followed
@@ -99,6 +111,7 @@ class RetrievalPipeline:
         embedder: Embedder,
         chunks: ChunkStore,
         visibility: Visibility,
+        dense: DenseRetriever | None = None,
         sparse: SparseRetriever | None,
         reranker: Reranker | None,
         executor: Executor,
@@ -109,6 +122,8 @@ class RetrievalPipeline:
         self._tracer = tracer or NoopTracer()  # stage spans: embed_query, dense, sparse, fuse, rerank
         self._embedder = embedder
         self._chunks = chunks
+        # the store's own vector search unless another retriever is given (query_service.dense)
+        self._dense = dense if dense is not None else StoreDenseRetriever(chunks)
         self._visibility = visibility
         self._sparse = sparse
         self._reranker = reranker
@@ -189,9 +204,13 @@ class RetrievalPipeline:
                 vector = await self._run(self._embedder.embed_query, query.text)
             with (
                 timer.stage("dense_search"),  # ids and visibility fields only: rows are read for the final hits
-                self._tracer.span("dense", requested=query.candidates, collection=query.collection or None) as span,
+                self._tracer.span(
+                    "dense", requested=query.candidates, collection=query.collection or None, search=self._dense.name
+                ) as span,
             ):
-                hits = await self._run(self._chunks.search_dense, vector, expr, query.candidates, False)
+                hits = await self._run(
+                    self._dense.search, vector, query.tenant, expr, query.candidates, query.document_ids or None
+                )
                 span.set(hits=len(hits))
                 return hits
 

@@ -27,7 +27,7 @@ class MilvusBm25Retriever:
 class RankBm25Retriever:
     """BM25 (rank_bm25's Okapi formula) in this process with an English analyzer (stop
     words, Snowball stemming) and per-tenant global statistics, kept in step with the
-    shared collection in the background by SparseIndexSync (a search never waits for it)."""
+    shared collection in the background by ChunkIndexSync (a search never waits for it)."""
 
     name = "rank_bm25"
 

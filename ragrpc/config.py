@@ -248,6 +248,13 @@ class Settings:
     tracing: str = _setting("off", "RAGRPC_TRACING", "off or otel (OpenTelemetry spans; needs the tracing extra)")
     # Retrieval
     candidates: int = _setting(100, "RAGRPC_CANDIDATES", "Candidates per retriever (N)")
+    dense_search: str = _setting(
+        "auto",
+        "RAGRPC_DENSE_SEARCH",
+        "Dense search: store (the store's vector index), in_process (exact search over the vectors held in the "
+        "query service, 1.5 KB a chunk at 384 dimensions) or auto (in_process on milvus-lite, whose own search is "
+        "slow; store on a Milvus server)",
+    )
     sparse_backend: str = _setting(
         "rank_bm25",
         "RAGRPC_SPARSE_BACKEND",

@@ -20,6 +20,11 @@ class ChunkStore(Protocol):
     def supports_bm25(self) -> bool: ...
 
     @property
+    def embedded(self) -> bool:
+        """True for milvus-lite (an embedded store whose own vector search is slow at scale)."""
+        ...
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         """False where upserted rows leave their tenant partition (Milvus 2.3): update by new generation."""
         ...

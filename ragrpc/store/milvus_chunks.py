@@ -117,6 +117,10 @@ class MilvusChunkStore:
         return self._setup.bm25_supported
 
     @property
+    def embedded(self) -> bool:
+        return self._setup.server_version.startswith("milvus_lite")
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         return self._setup.upsert_keeps_partitions
 

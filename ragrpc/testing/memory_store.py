@@ -69,6 +69,10 @@ class InMemoryChunkStore:
         return self._bm25
 
     @property
+    def embedded(self) -> bool:
+        return False  # like a Milvus server: RAGRPC_DENSE_SEARCH=auto searches the store
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         return self._upsert_ok
 

@@ -10,7 +10,8 @@ claims embedded once:
     search over the same matrix;
   * `Retrieve` top-10 (RetrievalPipeline.retrieve, query embedding included) in dense, sparse and
     hybrid (RRF) modes: p50 and p99;
-  * dense recall@10 of the store against exact search;
+  * dense recall@10 against exact search, of the store's own search and of `Retrieve` dense (which
+    searches the store, or the vectors the query service holds: RAGRPC_DENSE_SEARCH, auto);
   * the query process's RSS growth for the components (visibility map + BM25 index) per chunk.
 
 Collections live under .bench/scale/<backend>-<size>/ and are reused while they hold what the
@@ -176,21 +177,33 @@ def _exact(matrix: np.ndarray, vectors: np.ndarray) -> tuple[list[float], list[n
     return _timed(top, list(vectors))
 
 
-def _retrieve_times(query: Any, texts: list[str], mode: str) -> tuple[list[float], dict[str, float]]:
-    """Seconds of each Retrieve, and the median milliseconds of each of its stages."""
+def _retrieve_times(query: Any, texts: list[str], mode: str) -> tuple[list[float], dict[str, float], list[list[str]]]:
+    """Seconds of each Retrieve, the median milliseconds of each of its stages, and each one's hits."""
 
-    async def run() -> tuple[list[float], dict[str, float]]:
-        seconds, stages = [], defaultdict(list)
+    async def run() -> tuple[list[float], dict[str, float], list[list[str]]]:
+        seconds, stages, hits = [], defaultdict(list), []
         await query.retrieval.retrieve(RetrievalQuery(text=texts[0], tenant=bulk.TENANT, mode=mode))
         for text in texts:
             started = time.perf_counter()
             result = await query.retrieval.retrieve(RetrievalQuery(text=text, tenant=bulk.TENANT, mode=mode, top_k=10))
             seconds.append(time.perf_counter() - started)
+            hits.append([h.chunk.chunk_id for h in result.hits])
             for stage, ms in result.timings:
                 stages[stage].append(ms)
-        return seconds, {stage: float(np.median(values)) for stage, values in stages.items()}
+        return seconds, {stage: float(np.median(values)) for stage, values in stages.items()}, hits
 
     return asyncio.run(run())
+
+
+def _recall(found: list[list[str]], exact_rows: list[np.ndarray]) -> float:
+    return float(
+        np.mean(
+            [
+                len(set(hits[:10]) & {bulk.chunk_id(int(r)) for r in exact[:10]}) / 10
+                for hits, exact in zip(found, exact_rows, strict=True)
+            ]
+        )
+    )
 
 
 def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: np.ndarray, queries: list[str]) -> dict:
@@ -206,12 +219,7 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
         matrix = _matrix(base, size)
         exact_s, exact_rows = _exact(matrix, query_vectors)
         del matrix
-        recall = np.mean(
-            [
-                len(set(found[:10]) & {bulk.chunk_id(int(r)) for r in exact[:10]}) / 10
-                for found, exact in zip(store_ids, exact_rows, strict=True)
-            ]
-        )
+        recall = _recall(store_ids, exact_rows)
         stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=False)
         gc.collect()
         rss_before = proc_status_kb(os.getpid()).get("VmRSS", 0)
@@ -223,10 +231,13 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
         row["store_dense_ms"] = _p(store_s)
         row["exact_numpy_ms"] = _p(exact_s)
         row["dense_recall_at_10"] = float(recall)
+        row["dense_search"] = query.retrieval._dense.name  # RAGRPC_DENSE_SEARCH resolved (auto)
         for mode in MODES:
-            seconds, stages = _retrieve_times(query, queries, mode)
+            seconds, stages, hits = _retrieve_times(query, queries, mode)
             row[f"retrieve_{mode}_ms"] = _p(seconds)
             row[f"stages_{mode}_ms"] = stages
+            if mode == "dense":  # the queries' embeddings are the floors' query vectors: the same exact top-10
+                row["retrieve_dense_recall_at_10"] = _recall(hits, exact_rows)
         query.executor.shutdown(wait=False)
         stores.connection.reset()
         return row

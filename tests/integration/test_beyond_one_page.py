@@ -36,13 +36,15 @@ class World:
     registry: Any
 
 
-@pytest.fixture(params=["memory", pytest.param("milvus-lite", marks=pytest.mark.slow)])
+@pytest.fixture(params=["memory", "memory, dense in process", pytest.param("milvus-lite", marks=pytest.mark.slow)])
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
     embedder = HashingEmbedder(dimension=256)
     base = dataclasses.replace(
         Settings(), workers=2, store_page_size=PAGE, sparse_backend="rank_bm25", chunk_size_tokens=40
     )
-    if request.param == "memory":
+    if request.param.startswith("memory"):
+        if request.param.endswith("in process"):
+            base = dataclasses.replace(base, dense_search="in_process")
         yield World(base, embedder, InMemoryChunkStore(page_size=PAGE), InMemoryDocumentRegistry(page_size=PAGE))
         return
     milvus_settings: Settings = request.getfixturevalue("milvus_settings")
@@ -92,6 +94,10 @@ async def test_more_documents_and_chunks_than_a_page(world: World) -> None:
 
     query = build_query(world.settings, world.embedder, world.chunks, world.registry)  # a fresh start
     assert query.follower.document_count == DOCUMENTS + 1
+    # milvus-lite: the query service searches the vectors it holds (RAGRPC_DENSE_SEARCH=auto), loaded in pages
+    in_memory_default = world.settings.dense_search == "auto" and isinstance(world.chunks, InMemoryChunkStore)
+    expected = "store" if in_memory_default else "in_process"
+    assert query.retrieval._dense.name == expected  # type: ignore[attr-defined]
     for i in range(DOCUMENTS):
         sparse = await query.retrieval.retrieve(RetrievalQuery(text=_word(i), tenant="t1", mode="sparse", top_k=1))
         assert [h.chunk.document_id for h in sparse.hits] == [f"doc-{i:02d}"], i
@@ -111,6 +117,8 @@ async def test_more_documents_and_chunks_than_a_page(world: World) -> None:
     query.follower.poll()
     gone = await query.retrieval.retrieve(RetrievalQuery(text="gearbox", tenant="t1", mode="sparse"))
     assert gone.hits == []
+    dense_gone = await query.retrieval.retrieve(RetrievalQuery(text="gearbox", tenant="t1", mode="dense", top_k=50))
+    assert "manual" not in {h.chunk.document_id for h in dense_gone.hits}
     ingest.shutdown()
     query.executor.shutdown(wait=False)
 

@@ -402,6 +402,21 @@ def chunks_of(address: str, document_id: str, query: str = "the", timeout_s: flo
     return [r.chunk for r in responses if r.HasField("chunk")]
 
 
+FRESHNESS_S = 2.0  # acknowledged ingestion -> searchable in the query service (README, Freshness)
+
+
+def chunks_once_followed(address: str, document_id: str, expected: int) -> list[Any]:
+    """chunks_of after an acknowledged ingestion: asked again until `expected` chunks are
+    retrievable or FRESHNESS_S has passed (the query service follows the registry in the
+    background; its in-process indexes see a new document after their next poll)."""
+    deadline = time.monotonic() + FRESHNESS_S
+    while True:
+        found = chunks_of(address, document_id)
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="session")
 def shared_real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
     """One real stack (milvus-lite + ingest + query, real model) shared by the tests that do not

@@ -103,6 +103,8 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
             "store_dense_ms": timing,
             "exact_numpy_ms": timing,
             "dense_recall_at_10": 0.99,
+            "retrieve_dense_recall_at_10": 1.0,
+            "dense_search": "in_process" if backend == "milvus-lite" else "store",
             "serving_s": 1.0,
             "rss_per_chunk_bytes": 100.0,
             "stages_hybrid_ms": {"embed_query": 5.0, "dense_search": 3.0},
@@ -110,9 +112,9 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
         for backend in ("milvus-lite", "milvus-2.3.5")
         for size in (1_000, 10_000)
     ]
-    (tmp_path / "benchmarks.md").write_text(f"# Benchmarks\n\nkept above\n\n{BEGIN}\nold\n{END}\n\nkept below\n")
+    (tmp_path / "benchmarks.md").write_text(f"# Benchmarks\n\nkept above\n\n{BEGIN}\nthe previous section\n{END}\n\nkept below\n")
     write_report(rows, tmp_path)
     text = (tmp_path / "benchmarks.md").read_text()
-    assert "kept above" in text and "kept below" in text and "old" not in text
-    assert "| milvus-2.3.5 | 10,000 | 10.0 / 20.0 ms |" in text and "| embed_query | dense_search |" in text
+    assert "kept above" in text and "kept below" in text and "the previous section" not in text
+    assert "| milvus-2.3.5 | 10,000 | store | 10.0 / 20.0 ms |" in text and "| embed_query | dense_search |" in text
     assert (tmp_path / "scale.png").read_bytes().startswith(b"\x89PNG")

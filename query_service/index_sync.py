@@ -1,11 +1,13 @@
-"""Keeps the query service's in-process BM25 index in step with the shared collection, which
-another process (the ingest service) writes.
+"""Keeps the query service's in-process indexes (the BM25 index, and the dense vectors where
+the query service searches them itself) in step with the shared collection, which another
+process (the ingest service) writes.
 
 A listener of the RegistryFollower: at start it indexes every chunk of the visible
-generations (one paged scan of the chunk collection, logged as it goes); afterwards each
-batch of registry changes is applied with one paged chunk query per `_RELOAD_BATCH`
-generations (`generation in [...]`), never one store call per document, and never on the
-request path. Removed documents leave the index at once.
+generations (one paged scan of the chunk collection, with the vectors when the dense index is
+held, logged as it goes); afterwards each batch of registry changes is applied with one paged
+chunk query per `_RELOAD_BATCH` generations (`generation in [...]`), never one store call per
+document, and never on the request path. Removed documents leave the indexes at once. Both
+indexes share each chunk's attribute dict.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ import logging
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import NamedTuple
 
+import numpy as np
+
+from query_service.dense_index import InProcessDenseIndex, VectorChunk
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.context_header import context_header, with_header
@@ -53,17 +60,38 @@ def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> Index
     return IndexedChunk(chunk.chunk_id, with_header(header, chunk.text), attrs)
 
 
-class SparseIndexSync:
-    def __init__(self, index: InProcessBm25Index, chunks: ChunkStore, *, context_headers: bool = False) -> None:
+class _Held(NamedTuple):
+    indexed: IndexedChunk
+    vector: np.ndarray | None
+
+
+class ChunkIndexSync:
+    def __init__(
+        self,
+        index: InProcessBm25Index | None,
+        chunks: ChunkStore,
+        *,
+        context_headers: bool = False,
+        dense: InProcessDenseIndex | None = None,
+    ) -> None:
+        if index is None and dense is None:
+            raise ValueError("ChunkIndexSync needs an index to keep")
         self._context_headers = context_headers
         self._index = index
+        self._dense = dense
         self._chunks = chunks
         self._expected: dict[tuple[str, str], str] = {}  # documents seen while loading -> generation
         self.loaded_chunks = 0
 
     @property
     def index(self) -> InProcessBm25Index:
+        assert self._index is not None, "no BM25 index kept"
         return self._index
+
+    @property
+    def dense(self) -> InProcessDenseIndex:
+        assert self._dense is not None, "no dense index kept"
+        return self._dense
 
     def documents_loaded(self, documents: list[DocumentView]) -> None:
         self._expected.update(((v.tenant, v.document_id), v.generation) for v in documents)
@@ -72,33 +100,55 @@ class SparseIndexSync:
         started = time.monotonic()
         documents = len(self._expected)
         loaded = self.load_chunks()
-        logger.info(
-            "rank_bm25 index loaded: %d chunks of %d documents in %.1fs", loaded, documents, time.monotonic() - started
-        )
+        seconds = time.monotonic() - started
+        logger.info("%s loaded: %d chunks of %d documents in %.1fs", self._names(), loaded, documents, seconds)
+
+    def _names(self) -> str:
+        kept = (("rank_bm25 index", self._index), ("dense vectors", self._dense))
+        return " and ".join(name for name, index in kept if index is not None)
+
+    def _scan(self, expr: f.FilterExpr) -> Iterator[list[ChunkRecord]]:
+        return self._chunks.scan_chunks(expr, with_vectors=self._dense is not None)
 
     def load_chunks(self) -> int:
         """Indexes every retrievable chunk of the documents the follower loaded (one paged scan)."""
-        grouped: dict[tuple[str, str], list[IndexedChunk]] = defaultdict(list)
+        grouped: dict[tuple[str, str], list[_Held]] = defaultdict(list)
         scanned = pages = 0
-        for page in self._chunks.scan_chunks(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
+        for page in self._scan(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
             for chunk in page:
                 key = (chunk.tenant, chunk.document_id)
                 if self._expected.get(key) == chunk.generation:
-                    grouped[key].append(indexed_chunk(chunk, context_headers=self._context_headers))
+                    grouped[key].append(self._held(chunk))
             scanned, pages = scanned + len(page), pages + 1
             if pages % 10 == 0:
-                logger.info("rank_bm25: %d chunks scanned", scanned)
+                logger.info("%s: %d chunks scanned", self._names(), scanned)
         for (tenant, document_id), items in grouped.items():
-            self._index.replace_document(tenant, document_id, items)
+            self._replace(tenant, document_id, items)
         self._expected.clear()
         self.loaded_chunks = sum(len(items) for items in grouped.values())
         return self.loaded_chunks
+
+    def _held(self, chunk: ChunkRecord) -> _Held:
+        """What is kept of a scanned chunk until its document is indexed: the indexed form and the
+        vector as float32 (not the row's list of floats)."""
+        vector = np.asarray(chunk.vector, dtype=np.float32) if self._dense is not None else None
+        return _Held(indexed_chunk(chunk, context_headers=self._context_headers), vector)
+
+    def _replace(self, tenant: str, document_id: str, held: list[_Held]) -> None:
+        if self._index is not None:
+            self._index.replace_document(tenant, document_id, [h.indexed for h in held])
+        if self._dense is not None:
+            vectors = [VectorChunk(h.indexed.chunk_id, h.vector, h.indexed.attrs) for h in held]  # type: ignore[arg-type]
+            self._dense.replace_document(tenant, document_id, vectors)
 
     def documents_changed(self, changes: list[DocumentChange]) -> None:
         reload: dict[str, DocumentView] = {}
         for change in changes:
             if change.now is None:
-                self._index.remove_document(change.tenant, change.document_id)
+                if self._index is not None:
+                    self._index.remove_document(change.tenant, change.document_id)
+                if self._dense is not None:
+                    self._dense.remove_document(change.tenant, change.document_id)
             else:
                 reload[change.now.generation] = change.now
         generations = list(reload)
@@ -107,9 +157,9 @@ class SparseIndexSync:
 
     def _reload(self, documents: list[DocumentView]) -> None:
         expr = f.and_(f.in_(s.GENERATION, [d.generation for d in documents]), f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)))
-        grouped: dict[str, list[IndexedChunk]] = defaultdict(list)
-        for page in self._chunks.scan_chunks(expr):
+        grouped: dict[str, list[_Held]] = defaultdict(list)
+        for page in self._scan(expr):
             for chunk in page:
-                grouped[chunk.generation].append(indexed_chunk(chunk, context_headers=self._context_headers))
+                grouped[chunk.generation].append(self._held(chunk))
         for document in documents:
-            self._index.replace_document(document.tenant, document.document_id, grouped.get(document.generation, []))
+            self._replace(document.tenant, document.document_id, grouped.get(document.generation, []))

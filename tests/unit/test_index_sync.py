@@ -8,10 +8,10 @@ import dataclasses
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from query_service.analyzer import EnglishAnalyzer
+from query_service.index_sync import ChunkIndexSync, indexed_chunk
 from query_service.registry_follower import RegistryFollower
 from query_service.sparse import RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
-from query_service.sparse_sync import SparseIndexSync, indexed_chunk
 from ragrpc.config import Settings
 from ragrpc.models import ChunkRecord
 from ragrpc.store import filters as f
@@ -27,7 +27,7 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
     settings = dataclasses.replace(Settings(), workers=2)
     ingest = build_ingest(settings, HashingEmbedder(), chunks, registry)
     follower = RegistryFollower(registry)
-    sync = SparseIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)
+    sync = ChunkIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)
     follower.add_listener(sync)
     retriever = RankBm25Retriever(sync.index)
     follower.load()
@@ -73,3 +73,47 @@ def test_the_index_keeps_what_filters_and_hits_need_and_no_text() -> None:
     assert indexed.attrs[s.METADATA] == {"organization": "Acme Corp"}  # the filterable facts only
     other = indexed_chunk(dataclasses.replace(chunk, chunk_id="d1-1", document_id="".join(["d", "1"])))
     assert other.attrs[s.DOCUMENT_ID] is indexed.attrs[s.DOCUMENT_ID]  # one copy per document
+
+
+async def test_the_dense_index_follows_ingest_replace_and_delete_and_retrieve_reads_the_rows() -> None:
+    from query_service.app import build_components as build_query
+    from query_service.retrieval_types import RetrievalQuery
+
+    embedder = HashingEmbedder()
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, dense_search="in_process", sparse_backend="none")
+    ingest = build_ingest(settings, embedder, chunks, registry)
+    spec = DocumentSpecInput(document_id="birds", file_name="birds.txt", tags=["ducks"])
+    await ingest.pipeline.ingest(IngestItem("t1", spec, DUCKS))
+    query = build_query(settings, embedder, chunks, registry)  # loads: the vectors are read once
+    store = build_query(dataclasses.replace(settings, dense_search="store"), embedder, chunks, registry)
+
+    async def dense(engine, text: str, **filters) -> list[tuple[str, str, float]]:  # type: ignore[no-untyped-def]
+        engine.follower.poll()
+        result = await engine.retrieval.retrieve(RetrievalQuery(text=text, tenant="t1", mode="dense", **filters))
+        return [(h.chunk.document_id, h.chunk.text, round(h.score, 5)) for h in result.hits]
+
+    found = await dense(query, "mallard ducks")
+    assert found and found[0][0] == "birds" and "Mallards" in found[0][1]  # the row read for the hit
+    assert found == await dense(store, "mallard ducks")  # the same hits and scores as the store's search
+    assert await dense(query, "mallard ducks", tags=["swans"]) == []
+    await ingest.pipeline.ingest(IngestItem("t1", spec, SWANS))
+    assert [d for d, text, _ in await dense(query, "mute swans") if "swans" in text] == ["birds"]
+    assert all("Mallards" not in text for _, text, _ in await dense(query, "mallard ducks"))  # the old version left
+    await ingest.documents.delete("t1", "birds")
+    assert await dense(query, "mute swans") == []
+    for engine in (query, store):
+        engine.executor.shutdown(wait=False)
+    ingest.shutdown()
+
+
+def test_an_unknown_dense_search_is_refused() -> None:
+    import pytest
+
+    from query_service.dense import dense_search_mode
+    from ragrpc import errors
+
+    assert dense_search_mode("auto", InMemoryChunkStore()) == "store"  # the fake is not embedded
+    assert dense_search_mode(" In_Process ", InMemoryChunkStore()) == "in_process"
+    with pytest.raises(errors.PreconditionError, match="RAGRPC_DENSE_SEARCH"):
+        dense_search_mode("faiss", InMemoryChunkStore())
