@@ -112,7 +112,9 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
         for backend in ("milvus-lite", "milvus-2.3.5")
         for size in (1_000, 10_000)
     ]
-    (tmp_path / "benchmarks.md").write_text(f"# Benchmarks\n\nkept above\n\n{BEGIN}\nthe previous section\n{END}\n\nkept below\n")
+    (tmp_path / "benchmarks.md").write_text(
+        f"# Benchmarks\n\nkept above\n\n{BEGIN}\nthe previous section\n{END}\n\nkept below\n"
+    )
     write_report(rows, tmp_path)
     text = (tmp_path / "benchmarks.md").read_text()
     assert "kept above" in text and "kept below" in text and "the previous section" not in text
