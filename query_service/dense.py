@@ -21,9 +21,7 @@ def dense_search_mode(setting: str, chunks: ChunkStore) -> str:
     """`store` or `in_process` for RAGRPC_DENSE_SEARCH (auto: in_process where the store is embedded)."""
     mode = setting.strip().lower()
     if mode not in DENSE_SEARCH_MODES:
-        raise errors.PreconditionError(
-            f"unknown RAGRPC_DENSE_SEARCH {setting!r}; use {', '.join(DENSE_SEARCH_MODES)}"
-        )
+        raise errors.PreconditionError(f"unknown RAGRPC_DENSE_SEARCH {setting!r}; use {', '.join(DENSE_SEARCH_MODES)}")
     if mode == "auto":
         return "in_process" if chunks.embedded else "store"
     return mode

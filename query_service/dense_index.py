@@ -92,6 +92,11 @@ class _Scope:
         self.size = len(keep)
         self.dead = 0
 
+    def trim(self) -> None:
+        if len(self.vectors) > self.size:
+            self.vectors = self.vectors[: self.size].copy()
+            self.alive = self.alive[: self.size].copy()
+
     def slots_of(self, document_ids: Collection[str]) -> np.ndarray:
         found = [self.documents.get(document_id, range(0)) for document_id in set(document_ids)]
         return np.concatenate([np.arange(r.start, r.stop) for r in found]) if found else np.zeros(0, dtype=np.int64)
@@ -160,6 +165,12 @@ class InProcessDenseIndex:
                     live = scope.alive[: scope.size]
                     slots, scores = slots[live], scores[live]
             return _best_allowed(scope, slots, scores, top_k, allow)
+
+    def trim(self) -> None:
+        """Gives back the room the tenants' arrays grew into (after the start-up load)."""
+        with self._lock.write():
+            for scope in self._scopes.values():
+                scope.trim()
 
     def chunk_count(self, tenant: str) -> int:
         with self._lock.read():

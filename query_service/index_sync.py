@@ -12,6 +12,7 @@ indexes share each chunk's attribute dict.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import sys
 import time
@@ -115,24 +116,32 @@ class ChunkIndexSync:
         grouped: dict[tuple[str, str], list[_Held]] = defaultdict(list)
         scanned = pages = 0
         for page in self._scan(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
-            for chunk in page:
+            for chunk, vector in zip(page, self._page_vectors(page), strict=True):
                 key = (chunk.tenant, chunk.document_id)
                 if self._expected.get(key) == chunk.generation:
-                    grouped[key].append(self._held(chunk))
+                    grouped[key].append(_Held(indexed_chunk(chunk, context_headers=self._context_headers), vector))
             scanned, pages = scanned + len(page), pages + 1
             if pages % 10 == 0:
                 logger.info("%s: %d chunks scanned", self._names(), scanned)
         for (tenant, document_id), items in grouped.items():
             self._replace(tenant, document_id, items)
+        grouped.clear()
+        if self._dense is not None:
+            self._dense.trim()  # no room left over from growing while loading
+        _release_free_memory()
         self._expected.clear()
         self.loaded_chunks = sum(len(items) for items in grouped.values())
         return self.loaded_chunks
 
-    def _held(self, chunk: ChunkRecord) -> _Held:
-        """What is kept of a scanned chunk until its document is indexed: the indexed form and the
-        vector as float32 (not the row's list of floats)."""
-        vector = np.asarray(chunk.vector, dtype=np.float32) if self._dense is not None else None
-        return _Held(indexed_chunk(chunk, context_headers=self._context_headers), vector)
+    def _page_vectors(self, page: list[ChunkRecord]) -> list[np.ndarray | None]:
+        """The page's vectors as rows of one float32 matrix (not a list of floats, nor a small array,
+        per chunk: one allocation a page, given back whole once its rows are copied into the index)."""
+        if self._dense is None or not page:
+            return [None] * len(page)
+        matrix = np.asarray([chunk.vector for chunk in page], dtype=np.float32)
+        for chunk in page:
+            chunk.vector = []  # the row's list of floats goes now, not with the page
+        return list(matrix)
 
     def _replace(self, tenant: str, document_id: str, held: list[_Held]) -> None:
         if self._index is not None:
@@ -159,7 +168,17 @@ class ChunkIndexSync:
         expr = f.and_(f.in_(s.GENERATION, [d.generation for d in documents]), f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)))
         grouped: dict[str, list[_Held]] = defaultdict(list)
         for page in self._scan(expr):
-            for chunk in page:
-                grouped[chunk.generation].append(self._held(chunk))
+            for chunk, vector in zip(page, self._page_vectors(page), strict=True):
+                held = _Held(indexed_chunk(chunk, context_headers=self._context_headers), vector)
+                grouped[chunk.generation].append(held)
         for document in documents:
             self._replace(document.tenant, document.document_id, grouped.get(document.generation, []))
+
+
+def _release_free_memory() -> None:
+    """Hands the heap the start-up scan freed (its pages of rows) back to the system (glibc's
+    malloc_trim; elsewhere nothing): without it the query service's RSS keeps them."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
