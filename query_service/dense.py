@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from query_service.dense_index import InProcessDenseIndex
+from query_service.held_hits import HeldFilter
 from ragrpc import errors
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store.base import ChunkStore
 from ragrpc.store.filters import FilterExpr
-from ragrpc.store.milvus_chunks import hit_to_chunk
 
 DENSE_SEARCH_MODES = ("auto", "store", "in_process")
 
@@ -53,16 +53,6 @@ class InProcessDenseRetriever:
     def search(
         self, vector: np.ndarray, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
     ) -> list[ScoredChunk]:
-        rows: dict[str, dict] = {}
-
-        def allow(attrs) -> bool:  # type: ignore[no-untyped-def]
-            if expr.matches(attrs):
-                rows[attrs["chunk_id"]] = attrs
-                return True
-            return False
-
-        hits = self._index.search(vector, limit, tenant=tenant, allow=allow, document_ids=document_ids)
-        return [
-            ScoredChunk(hit_to_chunk(rows[chunk_id]), score, StageScores(dense=score), complete=False)
-            for chunk_id, score in hits
-        ]
+        allow = HeldFilter(expr)
+        found = self._index.search(vector, limit, tenant=tenant, allow=allow, document_ids=document_ids)
+        return allow.hits(found, lambda score: StageScores(dense=score))

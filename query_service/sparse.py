@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from query_service.held_hits import HeldFilter
 from query_service.sparse_index import InProcessBm25Index
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store.base import ChunkStore
 from ragrpc.store.filters import FilterExpr
-from ragrpc.store.milvus_chunks import hit_to_chunk
 
 
 class MilvusBm25Retriever:
@@ -37,18 +37,6 @@ class RankBm25Retriever:
     def search(
         self, query: str, tenant: str, expr: FilterExpr, limit: int, document_ids: list[str] | None = None
     ) -> list[ScoredChunk]:
-        hits: list[ScoredChunk] = []
-        rows: dict[str, dict] = {}
-
-        def allow(attrs) -> bool:  # type: ignore[no-untyped-def]
-            if expr.matches(attrs):
-                rows[attrs["chunk_id"]] = attrs
-                return True
-            return False
-
-        for chunk_id, score in self._index.search(query, limit, tenant=tenant, allow=allow, document_ids=document_ids):
-            chunk = hit_to_chunk(rows[chunk_id])  # the index keeps no text: the final hits' rows are read
-            hits.append(
-                ScoredChunk(chunk=chunk, score=float(score), scores=StageScores(sparse=float(score)), complete=False)
-            )
-        return hits
+        allow = HeldFilter(expr)
+        found = self._index.search(query, limit, tenant=tenant, allow=allow, document_ids=document_ids)
+        return allow.hits(found, lambda score: StageScores(sparse=score))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ def chunk_to_row(chunk: ChunkRecord) -> dict[str, Any]:
     }
 
 
-def hit_to_chunk(row: dict[str, Any]) -> ChunkRecord:
+def hit_to_chunk(row: Mapping[str, Any]) -> ChunkRecord:
     """A chunk of which only schema.HIT_FIELDS were read."""
     entity = row.get("entity", row)
     return ChunkRecord(
