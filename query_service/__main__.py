@@ -23,7 +23,7 @@ async def main() -> None:
     if settings.query_metrics_port >= 0:
         bound = start_metrics_http_server(metrics, settings.host, settings.query_metrics_port)
         logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
-    embedder = embedder_from_settings(settings)
+    embedder = embedder_from_settings(settings, threads=settings.query_embedding_threads)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(
         open_milvus_stores,

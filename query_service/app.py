@@ -85,7 +85,7 @@ def build_sparse(
 
 def build_dense_index(settings: Settings, chunks: ChunkStore, dimension: int) -> InProcessDenseIndex | None:
     """The in-process dense index where RAGRPC_DENSE_SEARCH resolves to in_process, else None."""
-    mode = dense_search_mode(settings.dense_search, chunks)
+    mode = dense_search_mode(settings.dense_search, chunks, settings.dense_in_process_max_chunks)
     logger.info("dense search: %s (RAGRPC_DENSE_SEARCH=%s)", mode, settings.dense_search)
     return InProcessDenseIndex(dimension) if mode == "in_process" else None
 

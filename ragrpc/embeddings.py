@@ -104,11 +104,17 @@ class SentenceTransformerEmbedder:
         onnx_cache_dir: str | Path | None = None,
         quantization: str | None = None,
         streams: int = 1,
+        threads: int = 0,
     ) -> None:
+        """`threads`: intra-op threads of each stream's ONNX session (0: the cores divided among the
+        streams; with one stream, ONNX Runtime's own default). Torch's pool is per process and only
+        limited when streams > 1."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
         if streams < 1:
             raise ValueError(f"embedding streams must be at least 1, got {streams}")
+        if threads < 0:
+            raise ValueError(f"embedding threads must be 0 (automatic) or more, got {threads}")
         self._model_name = model_name
         self._backend = backend
         self._batch_size = batch_size
@@ -117,6 +123,7 @@ class SentenceTransformerEmbedder:
         self._onnx_cache_dir = Path(onnx_cache_dir) if onnx_cache_dir else None
         self._quantization = quantization
         self._streams = streams
+        self._threads = threads
         self._model: Any = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # with streams > 1: one thread per model instance
@@ -151,7 +158,7 @@ class SentenceTransformerEmbedder:
             path = resolve_model_path(self._model_name)
             kwargs: dict[str, Any] = {"device": self._device}
             model_kwargs: dict[str, Any] = {}
-            threads = _threads_per_stream(self._streams)
+            threads = self._threads or _threads_per_stream(self._streams)
             if self._backend != "torch":
                 cache = self._onnx_cache_dir or default_onnx_cache_dir()
                 quantization = (
@@ -162,6 +169,8 @@ class SentenceTransformerEmbedder:
                 model_kwargs["file_name"] = file_name
             if self._streams > 1:
                 _limit_threads(self._backend, threads, model_kwargs)
+            elif self._threads and self._backend != "torch":
+                model_kwargs["session_options"] = _onnx_session_options(threads)
             if model_kwargs:
                 kwargs["model_kwargs"] = model_kwargs
             logger.info(
@@ -169,7 +178,7 @@ class SentenceTransformerEmbedder:
                 path,
                 self._backend,
                 self._streams,
-                threads if self._streams > 1 else "default",
+                threads if self._streams > 1 or self._threads else "default",
             )
             models = []
             for _ in range(self._streams):
@@ -248,10 +257,10 @@ class SentenceTransformerEmbedder:
 PROVIDERS = (LOCAL_PROVIDER, OPENAI_PROVIDER)
 
 
-def embedder_from_settings(settings: Settings, *, streams: int = 1) -> Embedder:
+def embedder_from_settings(settings: Settings, *, streams: int = 1, threads: int = 0) -> Embedder:
     """The embedder of RAGRPC_EMBEDDING_PROVIDER, at RAGRPC_EMBEDDING_DIMENSIONS when set (the
     openai provider asks the endpoint for them, the local one truncates). Not warmed up yet.
-    Raises ValueError for a bad setting."""
+    `threads`: the local model's threads per stream (0: automatic). Raises ValueError for a bad setting."""
     provider = settings.embedding_provider.strip().lower()
     if provider not in PROVIDERS:
         raise ValueError(
@@ -269,6 +278,7 @@ def embedder_from_settings(settings: Settings, *, streams: int = 1) -> Embedder:
         batch_size=settings.embedding_batch_size,
         query_instruction=settings.query_instruction,
         streams=streams,
+        threads=threads,
     )
     return TruncatedEmbedder(local, dimensions) if dimensions else local
 
@@ -296,9 +306,13 @@ def _limit_threads(backend: str, threads: int, model_kwargs: dict[str, Any]) -> 
     torch.set_num_threads(threads)
     if backend == "torch":
         return
+    model_kwargs["session_options"] = _onnx_session_options(threads)
+
+
+def _onnx_session_options(threads: int) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    model_kwargs["session_options"] = options
+    return options

@@ -25,6 +25,12 @@ class ChunkStore(Protocol):
         ...
 
     @property
+    def searches_exactly_in_process(self) -> bool:
+        """True where the store's own dense search is already exact and runs in this process (the
+        in-memory store): a copy of its vectors in the query service would gain nothing."""
+        ...
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         """False where upserted rows leave their tenant partition (Milvus 2.3): update by new generation."""
         ...

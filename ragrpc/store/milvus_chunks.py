@@ -121,6 +121,10 @@ class MilvusChunkStore:
         return self._setup.server_version.startswith("milvus_lite")
 
     @property
+    def searches_exactly_in_process(self) -> bool:
+        return False
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         return self._setup.upsert_keeps_partitions
 

@@ -70,7 +70,11 @@ class InMemoryChunkStore:
 
     @property
     def embedded(self) -> bool:
-        return False  # like a Milvus server: RAGRPC_DENSE_SEARCH=auto searches the store
+        return False  # like a Milvus server
+
+    @property
+    def searches_exactly_in_process(self) -> bool:
+        return True  # numpy over every matching row: RAGRPC_DENSE_SEARCH=auto searches the store
 
     @property
     def upsert_keeps_partitions(self) -> bool:

@@ -12,10 +12,13 @@ claims embedded once:
     hybrid (RRF) modes: p50 and p99;
   * dense recall@10 against exact search, of the store's own search and of `Retrieve` dense (which
     searches the store, or the vectors the query service holds: RAGRPC_DENSE_SEARCH, auto);
-  * the query process's RSS growth for the components (visibility map + BM25 index) per chunk.
+  * the real query service (`python -m query_service`, default settings) started fresh over the
+    collection: start to SERVING and its resident memory (scripts/bench/service_probe.py).
 
 Collections live under .bench/scale/<backend>-<size>/ and are reused while they hold what the
-bench would write. Results go to docs/benchmarks.md (table) and docs/scale.png (plot).
+bench would write (a Milvus 2.3.5 server restarts on the ports recorded there, since its metadata
+names them; when one is taken, the collection is built anew). Results go to docs/benchmarks.md
+(table) and docs/scale.png (plot).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from ragrpc.store.factory import index_config, open_milvus_stores
 from scripts.bench import bulk
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult, load_scifact, percentile, proc_status_kb
 from scripts.bench.querydata import text_pool
-from tests.support.milvus235 import Milvus235, milvus_server_executable
+from scripts.bench.service_probe import probe_query_service
+from tests.support.milvus235 import Milvus235, milvus_server_executable, ports_free
 from tests.support.milvus_server import MilvusLiteServer, free_port
 
 BASE_TEXTS = 2048
@@ -69,8 +73,11 @@ class Backend:
         self._m235: Milvus235 | None = None
 
     def start(self) -> str:
-        if self.kind != "milvus-lite":
-            shutil.rmtree(self.root, ignore_errors=True)  # its metadata does not survive a restart on new ports
+        ports_file = self.root / "ports.json"
+        ports = json.loads(ports_file.read_text()) if self.kind != "milvus-lite" and ports_file.exists() else None
+        if self.kind != "milvus-lite" and not (ports and ports_free(ports)):
+            shutil.rmtree(self.root, ignore_errors=True)  # its metadata names its ports: reused only on the same ones
+            ports = None
         self.root.mkdir(parents=True, exist_ok=True)
         if self.kind == "milvus-lite":
             (self.root / "milvus").mkdir(exist_ok=True)
@@ -79,7 +86,8 @@ class Backend:
         executable, reason = milvus_server_executable()
         if executable is None:
             raise RuntimeError(reason)
-        self._m235 = Milvus235(executable, self.root)
+        self._m235 = Milvus235(executable, self.root, ports)
+        ports_file.write_text(json.dumps(self._m235.ports))
         self._m235.start(timeout_s=600)
         return self._m235.uri
 
@@ -240,6 +248,11 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
                 row["retrieve_dense_recall_at_10"] = _recall(hits, exact_rows)
         query.executor.shutdown(wait=False)
         stores.connection.reset()
+        del query
+        gc.collect()
+        print(f"[scale] {kind} at {size:,} chunks: a fresh query service process ...", flush=True)
+        service = probe_query_service(uri, settings.collection_prefix, SCALE_DIR / "logs", queries[0])
+        row.update({f"service_{key}": value for key, value in service.items()})
         return row
     finally:
         backend.stop()
@@ -254,7 +267,8 @@ def run(config: BenchConfig, sizes: tuple[int, ...] = (), backends: tuple[str, .
     chosen = sizes or ((2_000,) if config.quick else (10_000, 100_000))
     kinds = backends or ("milvus-lite", "milvus-2.3.5")
     result = SectionResult("scale")
-    embedder = embedder_from_settings(Settings())  # the query service's default backend (onnx-int8)
+    settings = Settings()  # the query service's default backend (onnx-int8) and query threads
+    embedder = embedder_from_settings(settings, threads=settings.query_embedding_threads)
     embedder.warm_up()
     base = _base_vectors(embedder)
     queries = list(load_scifact().queries.values())[:QUERIES]

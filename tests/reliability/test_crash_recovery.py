@@ -162,11 +162,15 @@ def _list_states(address: str) -> Counter[str]:
                 return states
 
 
-def _kill_and_restart(tmp_path: Path, kills: int, seed: int, max_delay_s: float) -> None:
+def _kill_and_restart(tmp_path: Path, kills: int, seed: int, max_delay_s: float, page_size: int | None = None) -> None:
     """max_delay_s bounds the first kill (during first-time ingestion); later kills fall within 70%
-    of a measured complete batch, so they interrupt a running batch on fast and slow machines alike."""
+    of a measured complete batch, so they interrupt a running batch on fast and slow machines alike.
+    `page_size` (RAGRPC_STORE_PAGE_SIZE of the ingest service): below the batch's 30 documents and
+    ~100 chunks, the recovery pass after every kill, the listing and the replacements page through
+    the store."""
     rng = random.Random(seed)
-    stack = RealStack(tmp_path / "crash", prefix="crash")
+    env = {"RAGRPC_STORE_PAGE_SIZE": str(page_size)} if page_size else {}
+    stack = RealStack(tmp_path / "crash", prefix="crash", env=env)
     rows: list[tuple[Any, ...]] = []
     problems: list[str] = []
     rows_checked = interrupted = 0
@@ -270,10 +274,19 @@ def test_kill_ingest_during_batch(tmp_path: Path) -> None:
 
 
 @needs_corpus
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kill_ingest_during_batch_with_a_page_smaller_than_the_batch(tmp_path: Path) -> None:
+    """The same with 7 rows a page: every store read of the recovery pass (interrupted attempts,
+    stale chunks), of ListDocuments and of replacements crosses page boundaries."""
+    _kill_and_restart(tmp_path, kills=4, seed=7, max_delay_s=6.0, page_size=7)
+
+
+@needs_corpus
 @pytest.mark.reliability
 @pytest.mark.timeout(3600)
 def test_kill_ingest_during_batch_many(tmp_path: Path) -> None:
-    _kill_and_restart(tmp_path, kills=20, seed=20, max_delay_s=6.0)
+    _kill_and_restart(tmp_path, kills=20, seed=20, max_delay_s=6.0, page_size=11)
 
 
 # --- the vector store goes away -------------------------------------------------------------------

@@ -105,8 +105,13 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
     from ragrpc.testing import HashingEmbedder
 
     embedder = HashingEmbedder()
-    config = dataclasses.replace(
-        settings, milvus_uri=milvus235.uri, collection_prefix="m235", sparse_backend="rank_bm25", index_type="HNSW"
+    config = dataclasses.replace(  # dense search by the server's own index (auto would hold this small collection)
+        settings,
+        milvus_uri=milvus235.uri,
+        collection_prefix="m235",
+        sparse_backend="rank_bm25",
+        index_type="HNSW",
+        dense_search="store",
     )
     started = time.monotonic()
     stores = open_milvus_stores(config, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
@@ -246,6 +251,14 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
                 await ingest_stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="stocks"), timeout=30)
             assert missing.value.code() == grpc.StatusCode.NOT_FOUND
             rows.append(("delete", f"{deleted.chunks_deleted} chunks deleted, NOT_FOUND afterwards"))
+        from query_service.dense import dense_search_mode
+
+        held = stores.chunks.count_chunks(f.gte(s.CHUNK_INDEX, 0))
+        assert held > 1
+        assert dense_search_mode("auto", stores.chunks, held) == "in_process"  # a collection this small is held
+        assert dense_search_mode("auto", stores.chunks, held - 1) == "store"  # one chunk more: the server's index
+        assert dense_search_mode("auto", stores.chunks, 0) == "store"
+        rows.append(("dense search auto", f"in_process at {held} chunks (<= the limit), store above it"))
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)

@@ -47,6 +47,17 @@ def milvus_server_executable() -> tuple[str | None, str]:
     return str(executable), ""
 
 
+def ports_free(ports: dict[str, int]) -> bool:
+    """True when every port of an earlier server is free to bind again."""
+    for port in ports.values():
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                return False
+    return True
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -54,10 +65,13 @@ def _port_open(port: int) -> bool:
 
 
 class Milvus235:
-    def __init__(self, executable: str, root: Path) -> None:
+    """`ports`: the ports of an earlier server on the same data directory (its metadata names them, so
+    a data directory survives a restart only on the same ports); None: free ones."""
+
+    def __init__(self, executable: str, root: Path, ports: dict[str, int] | None = None) -> None:
         self.executable = executable
         self.root = root
-        self.ports = {name: free_port() for name in PORT_OPTIONS}
+        self.ports = dict(ports) if ports else {name: free_port() for name in PORT_OPTIONS}
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "milvus-server.log"
 

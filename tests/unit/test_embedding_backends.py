@@ -28,6 +28,29 @@ def test_unknown_backend_is_refused() -> None:
         SentenceTransformerEmbedder(backend="tensorflow")
 
 
+def test_negative_threads_are_refused() -> None:
+    with pytest.raises(ValueError, match="threads"):
+        SentenceTransformerEmbedder(backend="onnx-int8", threads=-1)
+
+
+@pytest.mark.slow
+def test_query_embedding_threads_set_the_onnx_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAGRPC_QUERY_EMBEDDING_THREADS reaches ONNX Runtime: one intra-op thread, the same vectors."""
+    from ragrpc.config import Settings
+    from ragrpc.embeddings import embedder_from_settings
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    one = embedder_from_settings(Settings(), threads=1)
+    default = embedder_from_settings(Settings())
+    assert isinstance(one, SentenceTransformerEmbedder) and isinstance(default, SentenceTransformerEmbedder)
+    one.warm_up()
+    default.warm_up()
+    session = one._model[0].auto_model.model  # optimum's ORTModel holds the InferenceSession
+    assert session.get_session_options().intra_op_num_threads == 1
+    assert default._model[0].auto_model.model.get_session_options().intra_op_num_threads != 1
+    assert np.allclose(one.embed_query(SENTENCES[1]), default.embed_query(SENTENCES[1]), atol=1e-5)
+
+
 def test_quantization_config_follows_cpu_flags() -> None:
     import platform
 

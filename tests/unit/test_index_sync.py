@@ -117,3 +117,42 @@ def test_an_unknown_dense_search_is_refused() -> None:
     assert dense_search_mode(" In_Process ", InMemoryChunkStore()) == "in_process"
     with pytest.raises(errors.PreconditionError, match="RAGRPC_DENSE_SEARCH"):
         dense_search_mode("faiss", InMemoryChunkStore())
+    with pytest.raises(errors.PreconditionError, match="RAGRPC_DENSE_IN_PROCESS_MAX_CHUNKS"):
+        dense_search_mode("auto", InMemoryChunkStore(), -1)
+
+
+class _ServerLikeStore(InMemoryChunkStore):
+    """The in-memory store standing in for a Milvus server, whose dense search is a round trip to an
+    approximate index (the in-memory store's own is exact numpy in this process)."""
+
+    @property
+    def searches_exactly_in_process(self) -> bool:
+        return False
+
+
+async def test_auto_holds_the_vectors_of_a_small_server_collection_only() -> None:
+    from query_service.app import build_components as build_query
+    from query_service.dense import dense_search_mode
+
+    embedder = HashingEmbedder()
+    chunks, registry = _ServerLikeStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, sparse_backend="none")
+    ingest = build_ingest(settings, embedder, chunks, registry)
+    for name, text in (("ducks", DUCKS), ("swans", SWANS)):
+        spec = DocumentSpecInput(document_id=name, file_name=f"{name}.txt")
+        await ingest.pipeline.ingest(IngestItem("t1", spec, text))
+    count = chunks.count_chunks(f.gte(s.CHUNK_INDEX, 0))
+    assert count >= 2
+    assert dense_search_mode("auto", chunks, count) == "in_process"
+    assert dense_search_mode("auto", chunks, count - 1) == "store"
+    assert dense_search_mode("auto", chunks, 0) == "store"  # 0: never held
+    assert dense_search_mode("store", chunks, count) == "store"  # only auto decides by size
+    assert dense_search_mode("auto", InMemoryChunkStore(), count) == "store"  # exact in process already
+    held, above = (
+        build_query(dataclasses.replace(settings, dense_in_process_max_chunks=limit), embedder, chunks, registry)
+        for limit in (count, count - 1)
+    )
+    assert held.retrieval._dense.name == "in_process" and above.retrieval._dense.name == "store"
+    for engine in (held, above):
+        engine.executor.shutdown(wait=False)
+    ingest.shutdown()
