@@ -1,5 +1,5 @@
 """Dense retrievers behind the DenseRetriever protocol of retrieval.py: the store's own vector
-index (a Milvus server: HNSW, M 16, ef 128), or exact search over the vectors held in this
+index (a Milvus server: HNSW, M 16, ef 192), or exact search over the vectors held in this
 process (query_service.dense_index). `RAGRPC_DENSE_SEARCH` chooses; auto holds the vectors where
 that is faster than asking the store (`make bench`, scale section, 2 cores):
 

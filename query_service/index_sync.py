@@ -123,15 +123,17 @@ class ChunkIndexSync:
             scanned, pages = scanned + len(page), pages + 1
             if pages % 10 == 0:
                 logger.info("%s: %d chunks scanned", self._names(), scanned)
+        loaded = 0
         for (tenant, document_id), items in grouped.items():
             self._replace(tenant, document_id, items)
+            loaded += len(items)
         grouped.clear()
         if self._dense is not None:
             self._dense.trim()  # no room left over from growing while loading
         _release_free_memory()
         self._expected.clear()
-        self.loaded_chunks = sum(len(items) for items in grouped.values())
-        return self.loaded_chunks
+        self.loaded_chunks = loaded
+        return loaded
 
     def _page_vectors(self, page: list[ChunkRecord]) -> list[np.ndarray | None]:
         """The page's vectors as rows of one float32 matrix (not a list of floats, nor a small array,

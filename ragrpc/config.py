@@ -37,7 +37,12 @@ class Settings:
     index_type: str = _setting("HNSW", "RAGRPC_INDEX_TYPE", "Dense index: FLAT, IVF_FLAT or HNSW")
     hnsw_m: int = _setting(16, "RAGRPC_HNSW_M", "HNSW M (graph degree)")
     hnsw_ef_construction: int = _setting(200, "RAGRPC_HNSW_EF_CONSTRUCTION", "HNSW efConstruction")
-    hnsw_ef: int = _setting(128, "RAGRPC_HNSW_EF", "HNSW ef at search time (>= candidates)")
+    hnsw_ef: int = _setting(
+        192,
+        "RAGRPC_HNSW_EF",
+        "HNSW ef at search time (at least the candidates asked for); 128 gave dense recall@10 0.979 against exact "
+        "search at 1M chunks on Milvus 2.3.5",
+    )
     ivf_nlist: int = _setting(1024, "RAGRPC_IVF_NLIST", "IVF_FLAT nlist")
     ivf_nprobe: int = _setting(32, "RAGRPC_IVF_NPROBE", "IVF_FLAT nprobe at search time")
     store_timeout_s: float = _setting(30.0, "RAGRPC_STORE_TIMEOUT_S", "Timeout of one Milvus call")

@@ -40,7 +40,7 @@ class IndexConfig:
     index_type: str = "HNSW"  # FLAT, IVF_FLAT or HNSW
     hnsw_m: int = 16
     hnsw_ef_construction: int = 200
-    hnsw_ef: int = 128
+    hnsw_ef: int = 192
     ivf_nlist: int = 1024
     ivf_nprobe: int = 32
 

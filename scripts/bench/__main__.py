@@ -1,4 +1,5 @@
-"""python -m scripts.bench [--quick] [--sections ingest,...,startup,scale] [--scale-sizes 10000,1000000] [--json P]
+"""python -m scripts.bench [--quick] [--sections ingest,...,startup,scale] [--scale-sizes 10000,1000000]
+[--scale-lite-max-size 100000] [--json P]
 
 Runs the chosen sections in order (a failing section is reported and the others still
 run), prints one table per section and writes all numbers as JSON (default
@@ -58,7 +59,12 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
     elif name == "scale":
         from scripts.bench import scale
 
-        runner = lambda: scale.run(config, context.get("scale_sizes", ()), context.get("scale_backends", ()))  # noqa: E731
+        runner = lambda: scale.run(  # noqa: E731
+            config,
+            context.get("scale_sizes", ()),
+            context.get("scale_backends", ()),
+            context.get("scale_lite_max_size", 0),
+        )
     elif name == "uploads":
         from scripts.bench import uploads
 
@@ -95,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-docs", type=int, default=0, help="SciFact subset for peers (0: whole corpus)")
     parser.add_argument("--scale-sizes", default="", help="scale section sizes (default 10000,100000)")
     parser.add_argument("--scale-backends", default="", help="milvus-lite and/or milvus-2.3.5 (default both)")
+    parser.add_argument(
+        "--scale-lite-max-size", type=int, default=0, help="scale section: milvus-lite only up to this size (0: all)"
+    )
     parser.add_argument("--ndcg-docs", type=int, default=0, help="SciFact subset for embed nDCG (0: whole corpus)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sections.split(",") if n.strip()]
@@ -116,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     context: dict[str, Any] = {
         "scale_sizes": tuple(int(x) for x in args.scale_sizes.split(",") if x.strip()),
         "scale_backends": tuple(x.strip() for x in args.scale_backends.split(",") if x.strip()),
+        "scale_lite_max_size": args.scale_lite_max_size,
     }
     results: list[SectionResult] = []
     for name in names:

@@ -3,7 +3,7 @@
 For each backend and size (default 10k and 100k one-chunk documents; `--scale-sizes` adds 1M) the
 section bulk-loads a collection (scripts/bench/bulk.py: real texts, vectors derived from embedded
 ones), waits for the dense index, builds the query service's components in this process (the
-default settings: HNSW M 16 / ef 128, rank_bm25 over every chunk) and times, over real SciFact
+default settings: HNSW M 16 / ef 192, rank_bm25 over every chunk) and times, over real SciFact
 claims embedded once:
 
   * the floors: the store's own dense search (top-100, tenant filter, ids only) and exact numpy
@@ -263,7 +263,10 @@ def _p(seconds: list[float]) -> dict[str, float]:
     return {"p50": percentile(ms, 50), "p99": percentile(ms, 99)}
 
 
-def run(config: BenchConfig, sizes: tuple[int, ...] = (), backends: tuple[str, ...] = ()) -> SectionResult:
+def run(
+    config: BenchConfig, sizes: tuple[int, ...] = (), backends: tuple[str, ...] = (), lite_max_size: int = 0
+) -> SectionResult:
+    """`lite_max_size` (>0): milvus-lite only up to that size (its 1M-chunk build and load take hours here)."""
     chosen = sizes or ((2_000,) if config.quick else (10_000, 100_000))
     kinds = backends or ("milvus-lite", "milvus-2.3.5")
     result = SectionResult("scale")
@@ -275,6 +278,9 @@ def run(config: BenchConfig, sizes: tuple[int, ...] = (), backends: tuple[str, .
     rows = []
     for kind in kinds:
         for size in chosen:
+            if kind == "milvus-lite" and 0 < lite_max_size < size:
+                result.notes.append(f"milvus-lite at {size:,} chunks not run (--scale-lite-max-size {lite_max_size})")
+                continue
             print(f"[scale] {kind} at {size:,} chunks ...", flush=True)
             row = _measure(kind, size, embedder, base, queries)
             rows.append(row)

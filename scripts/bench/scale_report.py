@@ -103,7 +103,7 @@ def _section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         f"Measured {today} on this project's 2-core machine, one run (`python -m scripts.bench --sections scale`): "
         "one-chunk documents of real text (SciFact and the shared documents' sentences) with vectors derived from "
-        "2,048 embedded texts plus noise (scripts/bench/bulk.py), the default index (HNSW M 16, ef 128), rank_bm25 "
+        "2,048 embedded texts plus noise (scripts/bench/bulk.py), the default index (HNSW M 16, search ef 192), rank_bm25 "
         "over every chunk, 100 SciFact claims as queries, `Retrieve` top-10 through the retrieval pipeline in the "
         "bench process (query embedding with the default onnx-int8 backend included), default settings: dense search "
         "`RAGRPC_DENSE_SEARCH=auto` (in_process: exact search over the vectors the query service holds, on "

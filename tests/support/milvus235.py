@@ -47,14 +47,26 @@ def milvus_server_executable() -> tuple[str | None, str]:
     return str(executable), ""
 
 
-def ports_free(ports: dict[str, int]) -> bool:
-    """True when every port of an earlier server is free to bind again."""
-    for port in ports.values():
-        with socket.socket() as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-            except OSError:
-                return False
+def ports_free(ports: dict[str, int], wait_s: float = 60.0) -> bool:
+    """True when every port of an earlier server can be listened on again (with SO_REUSEADDR, as the
+    server's own listeners: connections of its last run left in TIME_WAIT do not count), waiting up
+    to `wait_s` for one that is still held."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        if all(_bindable(port) for port in ports.values()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
     return True
 
 

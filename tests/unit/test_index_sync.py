@@ -49,6 +49,12 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
 
     await ingest.documents.delete("t1", "birds")
     assert hits("mute swans") == []
+    restarted = ChunkIndexSync(InProcessBm25Index(EnglishAnalyzer()), chunks)  # a query service started now
+    again = RegistryFollower(registry)
+    again.add_listener(restarted)
+    await ingest.pipeline.ingest(IngestItem("t1", dataclasses.replace(spec, document_id="geese"), DUCKS))
+    again.load()
+    assert restarted.loaded_chunks == chunks.count_chunks(f.eq(s.DOCUMENT_ID, "geese")) >= 1  # what the log reports
 
 
 def test_the_index_keeps_what_filters_and_hits_need_and_no_text() -> None:
