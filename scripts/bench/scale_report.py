@@ -5,6 +5,7 @@ per backend and mode, with the store's own search as the floor)."""
 from __future__ import annotations
 
 import datetime
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,15 +97,21 @@ def write_report(rows: list[dict[str, Any]], docs: Path) -> None:
     path.write_text(new)
 
 
+def _command() -> str:
+    """The bench command line this run was started with."""
+    return " ".join(["python -m scripts.bench", *sys.argv[1:]]) if sys.argv[1:] else "python -m scripts.bench"
+
+
 def _section(rows: list[dict[str, Any]]) -> list[str]:
     today = datetime.date.today().isoformat()
     return [
         '## Retrieve at collection size (`make bench BENCH_ARGS="--sections scale"`)',
         "",
-        f"Measured {today} on this project's 2-core machine, one run (`python -m scripts.bench --sections scale`): "
+        f"Measured {today} on this project's 2-core machine, one run (`{_command()}`): "
         "one-chunk documents of real text (SciFact and the shared documents' sentences) with vectors derived from "
-        "2,048 embedded texts plus noise (scripts/bench/bulk.py), the default index (HNSW M 16, search ef 192), rank_bm25 "
-        "over every chunk, 100 SciFact claims as queries, `Retrieve` top-10 through the retrieval pipeline in the "
+        "2,048 embedded texts plus noise (scripts/bench/bulk.py), the default index (HNSW M 16, search ef 192), "
+        "rank_bm25 over every chunk, 100 SciFact claims as queries, `Retrieve` top-10 through the retrieval pipeline "
+        "in the "
         "bench process (query embedding with the default onnx-int8 backend included), default settings: dense search "
         "`RAGRPC_DENSE_SEARCH=auto` (in_process: exact search over the vectors the query service holds, on "
         "milvus-lite and on a server collection of at most 50k chunks; store: the server's HNSW index above that), "

@@ -325,8 +325,12 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
     from ragrpc.testing import HashingEmbedder
 
     embedder = HashingEmbedder()
-    config = dataclasses.replace(
-        settings, milvus_uri=milvus235.uri, collection_prefix="m235upd", sparse_backend="rank_bm25"
+    config = dataclasses.replace(  # the server's own dense search (auto would hold this small collection)
+        settings,
+        milvus_uri=milvus235.uri,
+        collection_prefix="m235upd",
+        sparse_backend="rank_bm25",
+        dense_search="store",
     )
     stores = open_milvus_stores(config, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
     ingest = build_ingest(config, embedder, stores.chunks, stores.registry)

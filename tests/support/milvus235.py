@@ -115,6 +115,9 @@ class Milvus235:
         connection.wait_until_ready(max(10.0, deadline - time.monotonic()))
         version = connection.call(lambda c: c.get_server_version())
         connection.reset()
+        if not str(version).startswith("v2.3"):  # another server took the port while this one started
+            self.stop()
+            raise RuntimeError(f"{self.uri} answers as {version!r}, not this Milvus 2.3.5 server: its port was taken")
         print(
             f"\n[milvus 2.3.5] server version {version} on {self.uri} (pid {self.process.pid}), "
             f"started in {time.monotonic() - started:.1f}s"
