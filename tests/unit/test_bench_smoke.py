@@ -108,6 +108,7 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
             "serving_s": 1.0,
             "rss_per_chunk_bytes": 100.0,
             "stages_hybrid_ms": {"embed_query": 5.0, "dense_search": 3.0},
+            **({"service_serving_s": 2.0, "service_rss_mib": 100.0} if size == 10_000 else {}),
         }
         for backend in ("milvus-lite", "milvus-2.3.5")
         for size in (1_000, 10_000)
@@ -119,4 +120,6 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
     text = (tmp_path / "benchmarks.md").read_text()
     assert "kept above" in text and "kept below" in text and "the previous section" not in text
     assert "| milvus-2.3.5 | 10,000 | store | 10.0 / 20.0 ms |" in text and "| embed_query | dense_search |" in text
+    assert "| 2.0 s | 100 MiB (10,486 B) |" in text  # the fresh query service process, where it was measured
+    assert "| 1.0 s (in the bench) | not measured |" in text
     assert (tmp_path / "scale.png").read_bytes().startswith(b"\x89PNG")
