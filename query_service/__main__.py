@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from query_service.app import build_components, build_reranker, reranker_provider, start_query_server
+from query_service.app import (
+    build_components,
+    build_reranker,
+    check_retrieval_settings,
+    reranker_provider,
+    start_query_server,
+)
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
@@ -23,6 +29,11 @@ async def main() -> None:
     if settings.query_metrics_port >= 0:
         bound = start_metrics_http_server(metrics, settings.host, settings.query_metrics_port)
         logger.info("metrics on http://%s:%d/metrics", settings.host, bound)
+    check_retrieval_settings(settings)  # a bad setting stops the service before the model and the store open
+    if settings.query_embedding_threads < 0:
+        raise ValueError(
+            f"RAGRPC_QUERY_EMBEDDING_THREADS must be 0 (automatic) or more, got {settings.query_embedding_threads}"
+        )
     embedder = embedder_from_settings(settings, threads=settings.query_embedding_threads)
     await asyncio.to_thread(embedder.warm_up)
     stores = await asyncio.to_thread(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from query_service.rerank import CrossEncoderReranker, Reranker
 from query_service.retrieval import FollowedVisibility, RetrievalPipeline, SparseRetriever
 from query_service.servicer import RetrievalLimits, RetrieveServicer
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
-from query_service.sparse_index import InProcessBm25Index
+from query_service.sparse_index import Bm25Parameters, InProcessBm25Index
 from ragrpc import deadlines, errors
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
@@ -74,13 +75,35 @@ def build_sparse(
             "RAGRPC_SPARSE_BACKEND=milvus_bm25 but the collection has no BM25 function "
             "(Milvus < 2.5); use rank_bm25 or none"
         )
-    bm25 = InProcessBm25Index(EnglishAnalyzer()) if backend == "rank_bm25" else None
+    bm25 = InProcessBm25Index(EnglishAnalyzer(), bm25_parameters(settings)) if backend == "rank_bm25" else None
     if bm25 is not None or dense_index is not None:
         sync = ChunkIndexSync(bm25, chunks, context_headers=settings.context_headers, dense=dense_index)
         follower.add_listener(sync)
     if backend == "milvus_bm25":
         return MilvusBm25Retriever(chunks)
     return RankBm25Retriever(bm25) if bm25 is not None else None
+
+
+def bm25_parameters(settings: Settings) -> Bm25Parameters:
+    """rank_bm25's k1 and b from the settings (the formula and its epsilon stay rank_bm25's)."""
+    k1, b = settings.bm25_k1, settings.bm25_b
+    if not (math.isfinite(k1) and k1 >= 0):
+        raise errors.PreconditionError(f"RAGRPC_BM25_K1 must be a finite number >= 0, got {k1!r}")
+    if not (math.isfinite(b) and 0 <= b <= 1):
+        raise errors.PreconditionError(f"RAGRPC_BM25_B must be between 0 and 1, got {b!r}")
+    return Bm25Parameters(k1=k1, b=b)
+
+
+def check_retrieval_settings(settings: Settings) -> None:
+    """Refuses (FAILED_PRECONDITION, naming the variable) fusion and BM25 settings no request could use."""
+    bm25_parameters(settings)
+    if settings.rrf_k < 1:
+        raise errors.PreconditionError(f"RAGRPC_RRF_K must be a positive integer, got {settings.rrf_k}")
+    weights = (settings.dense_weight, settings.sparse_weight)
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+        raise errors.PreconditionError(
+            f"RAGRPC_DENSE_WEIGHT and RAGRPC_SPARSE_WEIGHT must be finite, >= 0 and not both 0, got {weights}"
+        )
 
 
 def build_dense_index(settings: Settings, chunks: ChunkStore, dimension: int) -> InProcessDenseIndex | None:
@@ -147,6 +170,7 @@ def build_components(
     """The query service's components; with load=False the registry follower (and the BM25 index)
     load later, in start_query_server, while the server answers health checks as NOT_SERVING.
     `tracer` defaults to the one RAGRPC_TRACING asks for."""
+    check_retrieval_settings(settings)
     if tracer is None:
         tracer = tracer_from_setting(settings.tracing)
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
@@ -191,6 +215,8 @@ def build_components(
         max_top_k=settings.max_top_k,
         max_candidates=settings.max_candidates,
         default_candidates=settings.candidates,
+        default_rrf_k=settings.rrf_k,
+        default_weights=(settings.dense_weight, settings.sparse_weight),
     )
     follow = SupervisedLoop(
         "registry-follow",

@@ -37,7 +37,14 @@ _ROLES = {retrieve_pb2.ConversationTurn.ROLE_USER: "user", retrieve_pb2.Conversa
 
 
 def retrieval_query(
-    query: str, options: retrieve_pb2.RetrievalOptions, tenant: str, *, default_top_k: int, default_candidates: int
+    query: str,
+    options: retrieve_pb2.RetrievalOptions,
+    tenant: str,
+    *,
+    default_top_k: int,
+    default_candidates: int,
+    default_rrf_k: int = 20,
+    default_weights: tuple[float, float] = (0.5, 0.5),
 ) -> RetrievalQuery:
     """Converts without judging values; `RetrievalLimits.check` validates afterwards."""
     if options.mode not in _MODES:
@@ -52,9 +59,9 @@ def retrieval_query(
         mode=_MODES[options.mode],
         fusion=_FUSIONS[options.fusion],
         candidates=options.candidates or default_candidates,
-        rrf_k=options.rrf_k or 60,
-        dense_weight=options.dense_weight if options.HasField("dense_weight") else 0.7,
-        sparse_weight=options.sparse_weight if options.HasField("sparse_weight") else 0.3,
+        rrf_k=options.rrf_k or default_rrf_k,
+        dense_weight=options.dense_weight if options.HasField("dense_weight") else default_weights[0],
+        sparse_weight=options.sparse_weight if options.HasField("sparse_weight") else default_weights[1],
         rerank=options.rerank if options.HasField("rerank") else True,
         mmr_lambda=options.mmr_lambda if options.HasField("mmr_lambda") else None,
         min_score=options.min_score if options.HasField("min_score") else None,

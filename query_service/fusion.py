@@ -75,7 +75,7 @@ class RrfFusion:
 
     name = "rrf"
 
-    def __init__(self, k: int = 60) -> None:
+    def __init__(self, k: int = 20) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
             raise InvalidInputError(f"rrf_k must be a positive integer, got {k!r}", field="options.rrf_k")
         self.k = k
@@ -107,7 +107,7 @@ class WeightedFusion:
 
     name = "weighted"
 
-    def __init__(self, dense_weight: float = 0.7, sparse_weight: float = 0.3) -> None:
+    def __init__(self, dense_weight: float = 0.5, sparse_weight: float = 0.5) -> None:
         for name, weight in (("dense_weight", dense_weight), ("sparse_weight", sparse_weight)):
             if (
                 isinstance(weight, bool)

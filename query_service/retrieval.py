@@ -1,6 +1,7 @@
 """The retrieval pipeline:
 
-embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop)
+embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop; the BM25 query
+                                                        adds the header forms of the fiscal periods named)
   -> visibility (only chunks of the documents' current generation)
   -> fuse (RRF or weighted; or one list alone) -> rerank (local cross-encoder or remote API, when configured;
      a failed rerank keeps the fused order and the summary says why)
@@ -22,6 +23,7 @@ import numpy as np
 from query_service.dense import StoreDenseRetriever
 from query_service.diversity import MmrDiversifier
 from query_service.fusion import RrfFusion, WeightedFusion
+from query_service.query_periods import sparse_query
 from query_service.rerank import Reranker, RerankUnavailableError
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
 from ragrpc import errors
@@ -223,10 +225,11 @@ class RetrievalPipeline:
                     "sparse", backend=self._sparse.name, requested=query.candidates, query_words=len(query.text.split())
                 ) as span,
             ):
+                text = sparse_query(query.text)  # with the header forms of the fiscal periods it names
                 hits = await self._run(
-                    self._sparse.search, query.text, query.tenant, expr, query.candidates, query.document_ids or None
+                    self._sparse.search, text, query.tenant, expr, query.candidates, query.document_ids or None
                 )
-                span.set(hits=len(hits))
+                span.set(hits=len(hits), period_terms=len(text) > len(query.text) or None)
                 return hits
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())

@@ -20,9 +20,9 @@ class RetrievalQuery:
     mode: str = "hybrid"  # hybrid | dense | sparse
     fusion: str = "rrf"  # rrf | weighted
     candidates: int = 100
-    rrf_k: int = 60
-    dense_weight: float = 0.7
-    sparse_weight: float = 0.3
+    rrf_k: int = 20
+    dense_weight: float = 0.5
+    sparse_weight: float = 0.5
     rerank: bool = True
     mmr_lambda: float | None = None
     min_score: float | None = None

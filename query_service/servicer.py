@@ -24,6 +24,8 @@ class RetrievalLimits:
     max_top_k: int = 100
     max_candidates: int = 1000
     default_candidates: int = 100
+    default_rrf_k: int = 20
+    default_weights: tuple[float, float] = (0.5, 0.5)  # dense, sparse
 
     def check(self, query: RetrievalQuery) -> None:
         if not query.text.strip():
@@ -64,6 +66,8 @@ class RetrieveServicer(retrieve_pb2_grpc.RetrieveServiceServicer):
             current_tenant(),
             default_top_k=default_top_k,
             default_candidates=self._limits.default_candidates,
+            default_rrf_k=self._limits.default_rrf_k,
+            default_weights=self._limits.default_weights,
         )
         self._limits.check(query)
         return query

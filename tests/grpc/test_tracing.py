@@ -183,10 +183,10 @@ async def test_retrieve_spans(settings: Settings, tracer: OtelTracer, exporter: 
     assert dense["ragrpc.dense.requested"] == 20 and dense["ragrpc.dense.hits"] == 3
     sparse = _attrs(spans["sparse"])
     assert sparse["ragrpc.sparse.backend"] == "rank_bm25" and sparse["ragrpc.sparse.requested"] == 20
-    assert sparse["ragrpc.sparse.query_words"] == 5
+    assert sparse["ragrpc.sparse.query_words"] == 5 and "ragrpc.sparse.period_terms" not in sparse
     assert 1 <= sparse["ragrpc.sparse.hits"] <= 3
     fuse = _attrs(spans["fuse"])
-    assert fuse["ragrpc.fuse.method"] == "rrf" and fuse["ragrpc.fuse.rrf_k"] == 60
+    assert fuse["ragrpc.fuse.method"] == "rrf" and fuse["ragrpc.fuse.rrf_k"] == 20  # RAGRPC_RRF_K
     assert fuse["ragrpc.fuse.dense_in"] == 3 and fuse["ragrpc.fuse.sparse_in"] == sparse["ragrpc.sparse.hits"]
     assert fuse["ragrpc.fuse.out"] == 3
     rerank = _attrs(spans["rerank"])

@@ -113,3 +113,31 @@ async def test_sparse_mode_without_backend_is_refused() -> None:
     query = build_query(settings, embedder, chunks, registry)
     with pytest.raises(errors.PreconditionError):
         await query.retrieval.retrieve(q("ducks", mode="sparse"))
+
+
+def _annual_report(year: int) -> str:
+    return (
+        "UNITED STATES SECURITIES AND EXCHANGE COMMISSION\n"
+        "FORM 10-K\n"
+        f"ANNUAL REPORT PURSUANT TO SECTION 13 OR 15(d) for the fiscal year ended December 31, {year}\n"
+        "Acme Widgets, Inc.\n"
+        "(Exact name of registrant as specified in its charter)\n\n"
+        "Capital expenditures were spent on new widget presses and the warehouse roof.\n"
+    )
+
+
+async def test_a_question_naming_a_fiscal_year_its_own_way_finds_that_year_s_filing(world) -> None:  # type: ignore[no-untyped-def]
+    """The two filings differ only in their period (in each chunk's context header); "FY17" and
+    "fiscal 2018" are matched to the headers' "FY2017" / "FY2018" by the BM25 query."""
+    ingest, query = world
+    await add(ingest, "a", "acme-2017", _annual_report(2017))
+    await add(ingest, "a", "acme-2018", _annual_report(2018))
+    for i, topic in enumerate(("Ducks paddle on ponds.", "Geese fly south.", "Swans nest by lakes.", "Teal dabble.")):
+        await add(ingest, "a", f"other-{i}", topic)  # rank_bm25's idf of a term in 1 of 2 documents is 0
+    for question, expected in (
+        ("Acme capital expenditures FY17", "acme-2017"),
+        ("Acme capital expenditures in fiscal 2018", "acme-2018"),
+    ):
+        result = await query.retrieval.retrieve(q(question, mode="sparse", top_k=2))
+        assert [h.chunk.document_id for h in result.hits][0] == expected, question
+        assert result.hits[0].scores.sparse > result.hits[1].scores.sparse, question

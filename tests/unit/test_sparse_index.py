@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import random
 import threading
 from pathlib import Path
@@ -13,7 +15,10 @@ from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
 from query_service.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
+from query_service.app import bm25_parameters, check_retrieval_settings
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
+from ragrpc.config import Settings
+from ragrpc.errors import PreconditionError
 from ragrpc.store.filters import filter_from_request
 
 IR_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "ir"
@@ -26,8 +31,10 @@ class WhitespaceAnalyzer:
         return text.split()
 
 
-def assert_equals_rank_bm25(index: InProcessBm25Index, analyzer, tenant: str, live: dict[str, str], query: str) -> None:
-    """The index's scores equal BM25Okapi rebuilt from scratch on the live chunks."""
+def assert_equals_rank_bm25(
+    index: InProcessBm25Index, analyzer, tenant: str, live: dict[str, str], query: str, k1: float = 1.5, b: float = 0.75
+) -> None:
+    """The index's scores equal BM25Okapi (with the same k1 and b) rebuilt from scratch on the live chunks."""
     ids = sorted(live)
     corpus = [analyzer.analyze(live[chunk_id]) for chunk_id in ids]
     got = dict(index.search(query, top_k=len(ids) + 5, tenant=tenant))
@@ -35,7 +42,7 @@ def assert_equals_rank_bm25(index: InProcessBm25Index, analyzer, tenant: str, li
         assert got == {}
         return
     query_terms = analyzer.analyze(query)
-    expected = BM25Okapi(corpus).get_scores(query_terms)
+    expected = BM25Okapi(corpus, k1=k1, b=b).get_scores(query_terms)
     for chunk_id, terms, score in zip(ids, corpus, expected, strict=True):
         if set(terms) & set(query_terms):
             assert got[chunk_id] == pytest.approx(score, rel=1e-9, abs=1e-6), chunk_id
@@ -177,6 +184,25 @@ def test_real_text_with_english_analyzer_equals_rank_bm25_after_updates() -> Non
         assert_equals_rank_bm25(index, analyzer, "t", live, query)
 
 
+@pytest.mark.parametrize(("k1", "b"), [(0.9, 0.4), (1.2, 1.0), (2.0, 0.0)])
+def test_configured_k1_and_b_score_like_rank_bm25_with_them(k1: float, b: float) -> None:
+    analyzer = EnglishAnalyzer()
+    settings = dataclasses.replace(Settings(), bm25_k1=k1, bm25_b=b)
+    index = InProcessBm25Index(analyzer, bm25_parameters(settings))
+    live = {}
+    for doc in _cisi_documents(60):
+        index.add_document("t", doc["_id"], [(doc["_id"], doc["text"], {})])
+        live[doc["_id"]] = doc["text"]
+    for query in ("classification of library documents", "citation indexing of scientific journals"):
+        assert_equals_rank_bm25(index, analyzer, "t", live, query, k1=k1, b=b)
+
+
+@pytest.mark.parametrize(("k1", "b", "variable"), [(-0.1, 0.75, "_K1"), (math.nan, 0.75, "_K1"), (1.2, 1.5, "_B")])
+def test_bm25_parameters_out_of_range_are_refused_naming_the_setting(k1: float, b: float, variable: str) -> None:
+    with pytest.raises(PreconditionError, match=f"RAGRPC_BM25{variable}"):
+        bm25_parameters(dataclasses.replace(Settings(), bm25_k1=k1, bm25_b=b))
+
+
 def test_repeated_query_terms_count_like_rank_bm25() -> None:
     analyzer = WhitespaceAnalyzer()
     index = InProcessBm25Index(analyzer)
@@ -295,3 +321,19 @@ def test_selective_allow_walks_past_the_first_sorted_head() -> None:
     expected = sorted(passing, key=lambda hit: (-hit[1], hit[0]))[:20]
     assert index.search("alpha beta", 20, tenant="t", allow=allow) == expected
     assert len(everything) > 1000
+
+
+@pytest.mark.parametrize(
+    ("changes", "variable"),
+    [
+        ({"rrf_k": 0}, "RAGRPC_RRF_K"),
+        ({"dense_weight": -0.5}, "RAGRPC_DENSE_WEIGHT"),
+        ({"dense_weight": 0.0, "sparse_weight": 0.0}, "RAGRPC_SPARSE_WEIGHT"),
+        ({"sparse_weight": math.inf}, "RAGRPC_SPARSE_WEIGHT"),
+        ({"bm25_b": -0.1}, "RAGRPC_BM25_B"),
+    ],
+)
+def test_retrieval_settings_no_request_could_use_stop_the_service(changes: dict, variable: str) -> None:
+    with pytest.raises(PreconditionError, match=variable):
+        check_retrieval_settings(dataclasses.replace(Settings(), **changes))
+    check_retrieval_settings(Settings())  # the defaults pass
