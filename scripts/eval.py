@@ -152,6 +152,20 @@ def _finish(item: tuple[Future[None], int], done: int, total: int) -> int:
     return size
 
 
+def ranked_documents(
+    stub: retrieve_pb2_grpc.RetrieveServiceStub, request: retrieve_pb2.RetrieveRequest, reverse: dict[str, str]
+) -> list[str]:
+    """The dataset's document ids in the order of their best chunk among the Retrieve hits (`reverse`: the
+    service's document id -> the dataset's)."""
+    ranking: list[str] = []
+    for response in stub.Retrieve(request, timeout=120):
+        if response.HasField("chunk"):
+            doc = reverse.get(response.chunk.chunk.document_id, response.chunk.chunk.document_id)
+            if doc not in ranking:
+                ranking.append(doc)
+    return ranking
+
+
 def run_config(address: str, dataset: BeirDataset, collection: str, config: Config) -> tuple[dict, float]:
     reverse = {document_id(k): k for k in dataset.corpus}
     queries = dataset.judged_queries()
@@ -164,12 +178,7 @@ def run_config(address: str, dataset: BeirDataset, collection: str, config: Conf
         if config.mmr is not None:
             options.mmr_lambda = config.mmr
         started = time.perf_counter()
-        ranking: list[str] = []
-        for response in stub.Retrieve(retrieve_pb2.RetrieveRequest(query=text, options=options), timeout=120):
-            if response.HasField("chunk"):
-                doc = reverse.get(response.chunk.chunk.document_id, response.chunk.chunk.document_id)
-                if doc not in ranking:
-                    ranking.append(doc)
+        ranking = ranked_documents(stub, retrieve_pb2.RetrieveRequest(query=text, options=options), reverse)
         return qid, ranking, time.perf_counter() - started
 
     with grpc.insecure_channel(address) as channel:

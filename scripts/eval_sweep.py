@@ -21,7 +21,7 @@ import grpc
 
 from ragrpc.evaluation import BeirDataset, evaluate, load_beir
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
-from scripts.eval import document_id
+from scripts.eval import document_id, ranked_documents
 from scripts.processes import REPO, Stack
 
 _MODES = {
@@ -70,13 +70,8 @@ def score(stub: retrieve_pb2_grpc.RetrieveServiceStub, dataset: BeirDataset, col
 
     def one(item: tuple[str, str]) -> tuple[str, list[str]]:
         qid, text = item
-        ranking: list[str] = []
-        for response in stub.Retrieve(retrieve_pb2.RetrieveRequest(query=text, options=options), timeout=120):
-            if response.HasField("chunk"):
-                doc = reverse.get(response.chunk.chunk.document_id, response.chunk.chunk.document_id)
-                if doc not in ranking:
-                    ranking.append(doc)
-        return qid, ranking
+        request = retrieve_pb2.RetrieveRequest(query=text, options=options)
+        return qid, ranked_documents(stub, request, reverse)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         run = dict(pool.map(one, queries.items()))
