@@ -84,8 +84,9 @@ def build_components(
     # call never holds up extraction.
     store_executor = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="ingest-store")
     # the planner plans with the whole window: a context header gets what each chunk leaves free
+    counter = embedder.token_counter()  # thread-safe; one for the planner and the context headers
     planner = ChunkPlannerImpl(
-        embedder.token_counter(),
+        counter,
         embedder.max_tokens,
         default_size=settings.chunk_size_tokens,
         default_overlap=settings.chunk_overlap_tokens,
@@ -116,6 +117,7 @@ def build_components(
         memory=ByteBudget(settings.extraction_memory_bytes),
         tracer=tracer,
         context_headers=settings.context_headers,
+        header_counter=counter,
     )
     ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
     documents = DocumentService(registry, lifecycle)
