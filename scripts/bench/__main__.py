@@ -98,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=str(BENCH_DIR / "results.json"), help="where to write all numbers")
     parser.add_argument("--query-sizes", default="", help="collection sizes of the query section, e.g. 10000")
     parser.add_argument("--ingest-docs", type=int, default=0, help="SciFact documents the ingest section sends")
+    parser.add_argument(
+        "--ingest-base-size",
+        type=int,
+        default=0,
+        help="ingest section: documents already in the collection (bulk-loaded) when SciFact is sent, e.g. 100000",
+    )
     parser.add_argument("--peer-docs", type=int, default=0, help="SciFact subset for peers (0: whole corpus)")
     parser.add_argument("--scale-sizes", default="", help="scale section sizes (default 10000,100000)")
     parser.add_argument("--scale-backends", default="", help="milvus-lite and/or milvus-2.3.5 (default both)")
@@ -118,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         query_sizes_override=sizes,
         ingest_docs_override=args.ingest_docs,
+        ingest_base_size=args.ingest_base_size,
         peer_docs_override=args.peer_docs,
         ndcg_docs_override=args.ndcg_docs,
     )

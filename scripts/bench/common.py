@@ -31,6 +31,7 @@ class BenchConfig:
     bench_dir: Path = BENCH_DIR
     query_sizes_override: tuple[int, ...] = ()
     ingest_docs_override: int = 0
+    ingest_base_size: int = 0  # one-chunk documents bulk-loaded before the ingest section sends SciFact
     peer_docs_override: int = 0
     ndcg_docs_override: int = 0
 
