@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from query_service.analyzer import EnglishAnalyzer
 from query_service.answering import AnswerService
 from query_service.context import ContextAssembler
 from query_service.dense import InProcessDenseRetriever, StoreDenseRetriever, dense_search_mode
@@ -26,6 +25,7 @@ from query_service.servicer import RetrievalLimits, RetrieveServicer
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import Bm25Parameters, InProcessBm25Index
 from ragrpc import deadlines, errors
+from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.metrics import Metrics, MetricsInterceptor

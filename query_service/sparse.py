@@ -10,8 +10,10 @@ from ragrpc.store.filters import FilterExpr
 
 
 class MilvusBm25Retriever:
-    """Milvus' built-in BM25 function (server-side; what a Milvus cluster uses). Its
-    analyzer is `standard` (lowercase, no stop words, no stemming); IDF is per segment."""
+    """Milvus' built-in BM25 function (server-side; what a Milvus cluster uses). In collections of
+    schema 2 it scores the terms of ragrpc's English analyzer over each chunk's context header and
+    text (ragrpc.store.bm25_text: stop words, stems, as rank_bm25); in older ones the raw text with
+    Milvus' `standard` analyzer. Its statistics are Milvus' own (per segment on milvus-lite)."""
 
     name = "milvus_bm25"
 

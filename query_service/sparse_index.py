@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from query_service.analyzer import Analyzer
+from ragrpc.analyzer import Analyzer
 from ragrpc.store import schema
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Text analysis for the in-process BM25 index: text -> list of index terms.
+"""Text analysis for BM25 (the in-process rank_bm25 index, and what the Milvus BM25 function indexes in
+collections of schema 2, ragrpc.store.bm25_text): text -> list of index terms.
 
 EnglishAnalyzer: NFKC normalisation, lowercasing, unicode word tokens (letters and digits;
 underscores split words, so `snake_case` gives `snake`, `case`), English stop-word removal,

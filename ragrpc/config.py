@@ -171,9 +171,9 @@ class Settings:
     context_headers: bool = _setting(
         True,
         "RAGRPC_CONTEXT_HEADERS",
-        "Embed (ingest) and BM25-index (query) each chunk with a header naming its document's title and section "
-        "path (at most 32 model tokens, within what the chunk leaves free of the window); Chunk.text stays the "
-        "chunk's own text",
+        "Embed (ingest) and BM25-index (query: rank_bm25; ingest: the Milvus BM25 field) each chunk with a header "
+        "naming its document's title and section path (at most 32 model tokens, within what the chunk leaves free "
+        "of the window); Chunk.text stays the chunk's own text",
     )
     # Servers
     host: str = _setting("127.0.0.1", "RAGRPC_HOST", "Address the services bind to")
@@ -291,7 +291,7 @@ class Settings:
         "rank_bm25",
         "RAGRPC_SPARSE_BACKEND",
         "Sparse retriever: rank_bm25 (in the query service; default: better and faster in make eval/bench), "
-        "milvus_bm25 (Milvus' BM25 function, 2.5+; nothing held per replica) or none",
+        "milvus_bm25 (Milvus' BM25 function, 2.5+, over the same analysed terms; nothing held per replica) or none",
     )
     bm25_k1: float = _setting(
         1.5, "RAGRPC_BM25_K1", "rank_bm25: term-frequency saturation k1 (>= 0; rank_bm25's and this index's default)"

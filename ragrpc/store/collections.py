@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 # service's follower read them across processes, off the request path. milvus-lite behaves the same
 # under either. Collections created before keep their own level.
 CHUNKS_CONSISTENCY = "Session"
+# Schema versions of the chunks collection (in its description): 1 indexed the raw `text` for BM25;
+# 2 indexes `bm25_text`, the analysed context header and text (ragrpc.store.bm25_text). A collection
+# keeps the version it was created with; both are read and written.
+CHUNKS_SCHEMA = 2
 REGISTRY_CONSISTENCY = "Strong"
 
 
@@ -85,11 +89,22 @@ def upsert_keeps_partitions(server_version: str) -> bool:
 class CollectionSetup:
     """Ensures the collections exist with the expected model and are loaded."""
 
-    def __init__(self, connection: MilvusConnection, names: CollectionNames, index: IndexConfig) -> None:
+    def __init__(
+        self,
+        connection: MilvusConnection,
+        names: CollectionNames,
+        index: IndexConfig,
+        *,
+        chunks_schema: int = CHUNKS_SCHEMA,
+    ) -> None:
+        if chunks_schema not in (1, 2):
+            raise ValueError(f"chunks schema {chunks_schema} unknown; 1 or 2")
         self._conn = connection
         self._names = names
         self._index = index
+        self._chunks_schema = chunks_schema  # what a new chunks collection gets (1: as created before, for tests)
         self.bm25_supported = False
+        self.bm25_analysed = False  # schema 2: BM25 reads `bm25_text` (analysed); schema 1: the raw `text`
         self.upsert_keeps_partitions = True
         self.server_version = ""
 
@@ -125,7 +140,16 @@ class CollectionSetup:
                 if client.has_collection(name)
             )
         )
-        self.bm25_supported = self._has_sparse_field(client)
+        fields = self._chunk_fields(client)
+        self.bm25_supported = s.SPARSE in fields
+        self.bm25_analysed = s.BM25_TEXT in fields
+        if self.bm25_supported and not self.bm25_analysed:
+            logger.info(
+                "collection %s has chunks schema 1: Milvus' BM25 (RAGRPC_SPARSE_BACKEND=milvus_bm25) scores its raw "
+                "text (no stems, no context header); documents ingested under a new RAGRPC_COLLECTION_PREFIX get "
+                "schema 2",
+                self._names.chunks,
+            )
         self.server_version = str(client.get_server_version())
         self.upsert_keeps_partitions = upsert_keeps_partitions(self.server_version)
         if not self.upsert_keeps_partitions:
@@ -201,12 +225,23 @@ class CollectionSetup:
         from pymilvus import DataType, Function, FunctionType
 
         schema = client.create_schema(
-            auto_id=False, enable_dynamic_field=False, description=json.dumps({"ragrpc_schema": 1})
+            auto_id=False, enable_dynamic_field=False, description=json.dumps({"ragrpc_schema": self._chunks_schema})
         )
         schema.add_field(s.CHUNK_ID, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.CHUNK_ID], is_primary=True)
         schema.add_field(s.TENANT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TENANT], is_partition_key=True)
-        text_kwargs = {"enable_analyzer": True, "analyzer_params": {"type": "standard"}} if bm25 else {}
-        schema.add_field(s.TEXT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TEXT], **text_kwargs)
+        analysed = {"enable_analyzer": True, "analyzer_params": {"type": "standard"}}
+        raw_input = bm25 and self._chunks_schema == 1
+        schema.add_field(
+            s.TEXT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TEXT], **(analysed if raw_input else {})
+        )
+        if bm25 and not raw_input:
+            # The BM25 function's input: the analysed header and text (ragrpc.store.bm25_text).
+            schema.add_field(
+                s.BM25_TEXT,
+                DataType.VARCHAR,
+                max_length=s.VARCHAR_LIMITS[s.BM25_TEXT],
+                **analysed,
+            )
         for name in (
             s.COLLECTION,
             s.DOCUMENT_ID,
@@ -240,7 +275,7 @@ class CollectionSetup:
                 Function(
                     name="text_bm25",
                     function_type=FunctionType.BM25,
-                    input_field_names=[s.TEXT],
+                    input_field_names=[s.TEXT if raw_input else s.BM25_TEXT],
                     output_field_names=[s.SPARSE],
                 )
             )
@@ -252,11 +287,11 @@ class CollectionSetup:
             "created collection %s (dim %d, %s, bm25=%s)", self._names.chunks, dimension, self._index.index_type, bm25
         )
 
-    def _has_sparse_field(self, client: Any) -> bool:
+    def _chunk_fields(self, client: Any) -> set[str]:
         if not client.has_collection(self._names.chunks):
-            return False
+            return set()
         info = client.describe_collection(self._names.chunks)
-        return any(f.get("name") == s.SPARSE for f in info.get("fields", []))
+        return {str(f.get("name")) for f in info.get("fields", [])}
 
 
 def _registry_row_defaults() -> dict[str, Any]:

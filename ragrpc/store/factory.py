@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass
 
 from ragrpc import errors
+from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
+from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
 from ragrpc.store.milvus_chunks import MilvusChunkStore
 from ragrpc.store.milvus_connection import MilvusConnection
@@ -78,7 +80,14 @@ def open_milvus_stores(
     return MilvusStores(
         connection,
         setup,
-        MilvusChunkStore(connection, names, index, setup, page_size=settings.store_page_size),
+        MilvusChunkStore(
+            connection,
+            names,
+            index,
+            setup,
+            page_size=settings.store_page_size,
+            bm25_text=Bm25Text(EnglishAnalyzer(), context_headers=settings.context_headers),
+        ),
         MilvusDocumentRegistry(connection, names, page_size=settings.store_page_size),
     )
 

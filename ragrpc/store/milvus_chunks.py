@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 
 from ragrpc import errors
+from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
 from ragrpc.store import schema as s
+from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
 from ragrpc.store.filters import FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
@@ -105,12 +107,14 @@ class MilvusChunkStore:
         index: IndexConfig,
         setup: CollectionSetup,
         page_size: int = DEFAULT_PAGE_SIZE,
+        bm25_text: Bm25Text | None = None,
     ) -> None:
         self._conn = connection
         self._names = names
         self._index = index
         self._setup = setup
         self.page_size = checked_page_size(page_size)
+        self._bm25_text = bm25_text or Bm25Text(EnglishAnalyzer())
 
     @property
     def supports_bm25(self) -> bool:
@@ -131,17 +135,22 @@ class MilvusChunkStore:
     def _write(self, operation: str, rows: list[dict[str, Any]]) -> None:
         self._conn.write_rows(operation, self._names.chunks, rows, s.CHUNK_ID)
 
+    def _rows(self, chunks: list[ChunkRecord]) -> list[dict[str, Any]]:
+        rows = [chunk_to_row(c) for c in chunks]
+        if self._setup.bm25_analysed:
+            for row, chunk in zip(rows, chunks, strict=True):
+                row[s.BM25_TEXT] = self._bm25_text.document(chunk)
+        return rows
+
     @translate_errors
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
-            rows = [chunk_to_row(c) for c in chunks[start : start + _INSERT_BATCH]]
-            self._write("insert", rows)
+            self._write("insert", self._rows(chunks[start : start + _INSERT_BATCH]))
 
     @translate_errors
     def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
         for start in range(0, len(chunks), _INSERT_BATCH):
-            rows = [chunk_to_row(c) for c in chunks[start : start + _INSERT_BATCH]]
-            self._write("upsert", rows)
+            self._write("upsert", self._rows(chunks[start : start + _INSERT_BATCH]))
 
     @translate_errors
     def delete_chunks(self, expr: FilterExpr) -> int:
@@ -220,6 +229,10 @@ class MilvusChunkStore:
                 "this Milvus server has no BM25 function (Milvus < 2.5); set RAGRPC_SPARSE_BACKEND=rank_bm25",
                 reason="BM25_UNSUPPORTED",
             )
+        if self._setup.bm25_analysed:
+            query = self._bm25_text.query(query)
+            if not query:
+                return []  # only stop words or punctuation: no term to score
         result = self._conn.call(
             lambda c: c.search(
                 self._names.chunks,

@@ -20,7 +20,8 @@ TENANT = "tenant"  # VARCHAR partition key
 COLLECTION = "collection"  # VARCHAR logical collection
 DOCUMENT_ID = "document_id"  # VARCHAR
 GENERATION = "generation"  # VARCHAR ingestion attempt id
-TEXT = "text"  # VARCHAR with analyzer (BM25 input)
+TEXT = "text"  # VARCHAR, the chunk's text (BM25 input of schema-1 collections)
+BM25_TEXT = "bm25_text"  # VARCHAR, analysed header + text (BM25 input of schema 2; ragrpc.store.bm25_text)
 DENSE = "dense"  # FLOAT_VECTOR(dim), COSINE
 SPARSE = "sparse"  # SPARSE_FLOAT_VECTOR filled by the BM25 function (when supported)
 SOURCE = "source"
@@ -133,6 +134,7 @@ VARCHAR_LIMITS = {
     DOCUMENT_ID: 128,
     GENERATION: 64,
     TEXT: 65535,
+    BM25_TEXT: 65535,
     SOURCE: 2048,
     TITLE: 1024,
     MEDIA_TYPE: 128,

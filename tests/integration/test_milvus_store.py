@@ -207,3 +207,55 @@ def _chunk_with(vector: list[float], chunk_id: str, text: str, document_id: str)
         chunker="fixed_tokens",
         source="a.txt",
     )
+
+
+def test_milvus_bm25_scores_the_analysed_header_and_text(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+    """Schema 2: the BM25 function reads `bm25_text` (ragrpc.store.bm25_text), so a query finds other
+    forms of a word (stems), words only the context header says (the title), and a question of stop
+    words alone finds nothing rather than failing; callers still read the chunk's own text."""
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
+    assert stores.setup.bm25_supported and stores.setup.bm25_analysed
+    wetland = dataclasses.replace(
+        _chunk(real_embedder, "c1", "Ducks were swimming on the ponds all morning."), title="Wetland survey 2019"
+    )
+    market = dataclasses.replace(
+        _chunk(real_embedder, "c2", "The stock market fell sharply on Tuesday.", document_id="d2"),
+        title="Market report",
+    )
+    stores.chunks.insert_chunks([wetland, market])
+    tenant = f.filter_from_request("t1")
+    stemmed = stores.chunks.search_bm25("duck swims in a pond", tenant, 5)
+    assert [h.chunk.chunk_id for h in stemmed] == ["c1"]
+    assert stemmed[0].chunk.text == "Ducks were swimming on the ponds all morning."  # not the indexed terms
+    assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("wetland", tenant, 5)] == ["c1"]
+    assert stores.chunks.search_bm25("what is the ...?", tenant, 5) == []
+    # an update of the title (UpsertChunks) re-indexes the header
+    stores.chunks.upsert_chunks([dataclasses.replace(market, title="Heron census")])
+    assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("herons", tenant, 5)] == ["c2"]
+    assert stores.chunks.search_bm25("market report", tenant, 5)[0].chunk.chunk_id == "c2"  # its text says market
+
+
+def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+    """A chunks collection created before schema 2 (BM25 over the raw `text`) is read and written
+    as it is: no `bm25_text` is sent, and queries go to the server unanalysed."""
+    from ragrpc.store.collections import CollectionNames, CollectionSetup
+    from ragrpc.store.factory import connection_for, index_config
+
+    connection = connection_for(milvus_settings, writer=True)
+    CollectionSetup(
+        connection,
+        CollectionNames.with_prefix(milvus_settings.collection_prefix),
+        index_config(milvus_settings),
+        chunks_schema=1,
+    ).ensure(real_embedder.model_id, real_embedder.dimension)
+    connection.reset()
+    stores = open_milvus_stores(
+        milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
+    )
+    assert stores.setup.bm25_supported and not stores.setup.bm25_analysed
+    stores.chunks.insert_chunks([_chunk(real_embedder, "c1", "Ducks swim on ponds.")])
+    tenant = f.filter_from_request("t1")
+    assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("ducks", tenant, 5)] == ["c1"]
+    assert stores.chunks.search_bm25("duck", tenant, 5) == []  # Milvus' standard analyzer: no stems

@@ -7,11 +7,11 @@ import dataclasses
 
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
-from query_service.analyzer import EnglishAnalyzer
 from query_service.index_sync import ChunkIndexSync, indexed_chunk
 from query_service.registry_follower import RegistryFollower
 from query_service.sparse import RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
+from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.models import ChunkRecord
 from ragrpc.store import filters as f

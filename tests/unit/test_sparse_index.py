@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from query_service.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
 from query_service.app import bm25_parameters, check_retrieval_settings
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
+from ragrpc.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.errors import PreconditionError
 from ragrpc.store.filters import filter_from_request

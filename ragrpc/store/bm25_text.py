@@ -1,0 +1,52 @@
+"""What Milvus' BM25 function indexes for a chunk in collections of schema 2, and the query it is
+searched with.
+
+Milvus' own analyzers (milvus-lite 3.2 and the servers this project runs on offer the `standard`
+tokenizer; stemmer and stop-word filters are accepted and ignored there) would index "Ducks swim" as
+`ducks`, `swim` and never match "duck", and they read only the stored `text`, which carries no
+context header. So the ingest service writes a second field, `bm25_text`: the chunk's context header
+and text (the header the rank_bm25 backend indexes, ragrpc.context_header) analysed by ragrpc's
+English analyzer (stop words removed, Snowball stems) and joined by spaces. The analyzer's terms are
+runs of letters and digits, which the standard tokenizer splits back into exactly those terms, so
+Milvus' BM25 scores the same terms as rank_bm25 (with its own k1/b and statistics). A query is
+analysed the same way before it is sent.
+
+Collections of schema 1 (created before) index the raw `text` and are searched with the raw query;
+`CollectionSetup.bm25_analysed` tells which one a collection is.
+"""
+
+from __future__ import annotations
+
+from ragrpc.analyzer import Analyzer
+from ragrpc.context_header import context_header, with_header
+from ragrpc.models import ChunkRecord
+from ragrpc.store import schema as s
+
+
+class Bm25Text:
+    """Turns chunks and queries into the space-separated terms Milvus' BM25 function indexes."""
+
+    def __init__(self, analyzer: Analyzer, *, context_headers: bool = True) -> None:
+        self._analyzer = analyzer
+        self._context_headers = context_headers
+
+    def document(self, chunk: ChunkRecord) -> str:
+        """The terms of the chunk's header and text, cut at a term boundary to the field's length."""
+        header = (
+            context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if self._context_headers else ""
+        )
+        terms = " ".join(self._analyzer.analyze(with_header(header, chunk.text)))
+        return _cut(terms, s.VARCHAR_LIMITS[s.BM25_TEXT])
+
+    def query(self, text: str) -> str:
+        """The query's terms; empty when it has none (only stop words or punctuation)."""
+        return " ".join(self._analyzer.analyze(text))
+
+
+def _cut(terms: str, limit_bytes: int) -> str:
+    """At most `limit_bytes` UTF-8 bytes of `terms`, ending at a term boundary (Milvus counts bytes)."""
+    encoded = terms.encode()
+    if len(encoded) <= limit_bytes:
+        return terms
+    kept = encoded[: limit_bytes + 1].decode(errors="ignore")
+    return kept[: kept.rfind(" ")] if " " in kept else ""
