@@ -206,7 +206,8 @@ def baseline_row(dataset: BeirDataset, baseline: dict) -> dict[str, float]:
     }
 
 
-def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
+def evaluate_dataset(spec: str, include_milvus_bm25: bool, only: tuple[str, ...] = ()) -> dict:
+    """Ingests one dataset and runs every configuration (or those named in `only`) over it."""
     path_text, _, split = spec.partition(":")
     path = Path(path_text).resolve()
     dataset = load_beir(path, split or "test")
@@ -218,10 +219,11 @@ def evaluate_dataset(spec: str, include_milvus_bm25: bool) -> dict:
         ingest_address = stack.start_ingest({"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"})
         ingestion = ingest(ingest_address, dataset, name)
         env = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"}
-        backends = ["rank_bm25"] + (["milvus_bm25"] if include_milvus_bm25 else [])
+        chosen = [c for c in configs(include_milvus_bm25) if not only or c.name in only]
+        backends = sorted({c.backend for c in chosen})
         addresses = {b: stack.start_query(f"query-{b}", {**env, "RAGRPC_SPARSE_BACKEND": b}) for b in backends}
         rows = {BASELINE: baseline_row(dataset, baseline)}
-        for config in configs(include_milvus_bm25):
+        for config in chosen:
             metrics, p50 = run_config(addresses[config.backend], dataset, name, config)
             rows[config.name] = {
                 "ndcg@10": metrics["ndcg@10"],
@@ -269,8 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lookalike-max-questions", type=int, default=None, help="ask at most N look-alike questions (spread evenly)"
     )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help='run only this configuration of the BEIR tables (repeatable), e.g. --config "sparse milvus_bm25"',
+    )
     args = parser.parse_args(argv)
-    reports = [] if args.lookalike_only else [evaluate_dataset(s, not args.no_milvus_bm25) for s in args.datasets]
+    known = {c.name for c in configs(include_milvus_bm25=True)}
+    if unknown := [name for name in args.config if name not in known]:
+        parser.error(f"unknown configuration(s) {unknown}; choose from {sorted(known)}")
+    only = tuple(args.config)
+    reports = [] if args.lookalike_only else [evaluate_dataset(s, not args.no_milvus_bm25, only) for s in args.datasets]
     lookalike = None
     if not args.no_lookalike:
         lookalike = evaluate_lookalike(lookalike_configs(), max_questions=args.lookalike_max_questions)

@@ -1,4 +1,5 @@
-"""scripts.eval_sweep's variant syntax: label=mode,fusion,rrf_k,dense_weight,sparse_weight,candidates."""
+"""scripts.eval_sweep's variant syntax (label=mode,fusion,rrf_k,dense_weight,sparse_weight,candidates) and
+make eval's choice of configurations."""
 
 from __future__ import annotations
 
@@ -30,3 +31,14 @@ def test_empty_fields_leave_the_server_defaults() -> None:
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(KeyError):
         Variant.parse("x=semantic")
+
+
+def test_make_eval_refuses_an_unknown_configuration_before_ingesting(capsys: pytest.CaptureFixture[str]) -> None:
+    from scripts import eval as make_eval
+
+    with pytest.raises(SystemExit) as exited:
+        make_eval.main(["/nonexistent:test", "--config", "sparse bm25s"])
+    assert exited.value.code == 2
+    assert "unknown configuration(s) ['sparse bm25s']" in capsys.readouterr().err
+    names = {c.name for c in make_eval.configs(include_milvus_bm25=True)}
+    assert {"sparse milvus_bm25", "hybrid rrf (milvus_bm25)", "hybrid rrf"} <= names
