@@ -25,7 +25,7 @@ import numpy as np
 from query_service.dense_index import InProcessDenseIndex, VectorChunk
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
-from ragrpc.context_header import context_header, with_header
+from ragrpc.context_header import bm25_text
 from ragrpc.models import ChunkKind, ChunkRecord
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
@@ -57,8 +57,7 @@ def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> Index
     if facts:
         attrs[s.METADATA] = facts
     attrs[s.TAGS] = tuple(sys.intern(tag) for tag in attrs[s.TAGS])
-    header = context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if context_headers else ""
-    return IndexedChunk(chunk.chunk_id, with_header(header, chunk.text), attrs)
+    return IndexedChunk(chunk.chunk_id, bm25_text(chunk, context_headers=context_headers), attrs)
 
 
 class _Held(NamedTuple):

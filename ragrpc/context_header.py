@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ragrpc.models import ChunkRecord
 from ragrpc.tokens import TokenCounter
 
 MAX_HEADER_TOKENS = 32
@@ -85,6 +86,13 @@ def cut_to_tokens(header: str, counter: TokenCounter, limit: int = MAX_HEADER_TO
         else:
             high = middle - 1
     return " ".join(words[:low])
+
+
+def bm25_text(chunk: ChunkRecord, *, context_headers: bool) -> str:
+    """What BM25 indexes of a stored chunk (rank_bm25 in the query service, Milvus' BM25 field at
+    ingestion): its text after its context header (not cut by tokens), when headers are on."""
+    header = context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if context_headers else ""
+    return with_header(header, chunk.text)
 
 
 def with_header(header: str, text: str) -> str:

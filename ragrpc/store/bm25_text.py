@@ -18,7 +18,7 @@ Collections of schema 1 (created before) index the raw `text` and are searched w
 from __future__ import annotations
 
 from ragrpc.analyzer import Analyzer
-from ragrpc.context_header import context_header, with_header
+from ragrpc.context_header import bm25_text
 from ragrpc.models import ChunkRecord
 from ragrpc.store import schema as s
 
@@ -32,10 +32,7 @@ class Bm25Text:
 
     def document(self, chunk: ChunkRecord) -> str:
         """The terms of the chunk's header and text, cut at a term boundary to the field's length."""
-        header = (
-            context_header(chunk.title, chunk.section_path, chunk.metadata, chunk.text) if self._context_headers else ""
-        )
-        terms = " ".join(self._analyzer.analyze(with_header(header, chunk.text)))
+        terms = " ".join(self._analyzer.analyze(bm25_text(chunk, context_headers=self._context_headers)))
         return _cut(terms, s.VARCHAR_LIMITS[s.BM25_TEXT])
 
     def query(self, text: str) -> str:
