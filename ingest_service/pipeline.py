@@ -36,7 +36,7 @@ from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ragrpc import errors
-from ragrpc.context_header import context_header, cut_to_tokens, header_budget, with_header
+from ragrpc.context_header import embedded_text
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
@@ -358,13 +358,7 @@ class IngestPipeline:
             self._header_counter = self._embedder.token_counter()
         counter, window = self._header_counter, self._embedder.max_tokens
 
-        def text(draft: ChunkDraft) -> str:
-            header = context_header(title, draft.section_path, metadata, draft.text)
-            if header:
-                header = cut_to_tokens(header, counter, header_budget(draft.text, counter, window))
-            return with_header(header, draft.text)
-
-        return text
+        return lambda draft: embedded_text(title, draft.section_path, metadata, draft.text, counter, window)
 
     async def _fail(self, attempt: Attempt, error: errors.RagrpcError, report: ProgressCallback) -> None:
         await self._lifecycle.fail(attempt, error)

@@ -88,6 +88,23 @@ def cut_to_tokens(header: str, counter: TokenCounter, limit: int = MAX_HEADER_TO
     return " ".join(words[:low])
 
 
+def embedded_text(
+    title: str,
+    section_path: tuple[str, ...] | list[str],
+    metadata: Mapping[str, Any] | None,
+    text: str,
+    counter: TokenCounter,
+    window: int,
+) -> str:
+    """What the model embeds of a chunk: its text after its context header, the header cut to what
+    the text leaves free of the model's window (`header_budget`). The ingest pipeline embeds this;
+    the ingestion benchmark rebuilds it from the stored chunk (title, section path, metadata, text)."""
+    header = context_header(title, section_path, metadata, text)
+    if header:
+        header = cut_to_tokens(header, counter, header_budget(text, counter, window))
+    return with_header(header, text)
+
+
 def bm25_text(chunk: ChunkRecord, *, context_headers: bool) -> str:
     """What BM25 indexes of a stored chunk (rank_bm25 in the query service, Milvus' BM25 field at
     ingestion): its text after its context header (not cut by tokens), when headers are on."""

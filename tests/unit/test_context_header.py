@@ -15,7 +15,14 @@ from query_service.app import build_components as build_query
 from query_service.app import load_follower
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc.config import Settings
-from ragrpc.context_header import MAX_HEADER_TOKENS, context_header, cut_to_tokens, header_budget, with_header
+from ragrpc.context_header import (
+    MAX_HEADER_TOKENS,
+    context_header,
+    cut_to_tokens,
+    embedded_text,
+    header_budget,
+    with_header,
+)
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
@@ -77,6 +84,28 @@ async def test_the_header_is_embedded_but_not_returned_and_bm25_finds_the_docume
     assert result.hits[0].chunk.document_id == "acme-2017"  # the same passage, told apart by its document
     assert not result.hits[0].chunk.text.startswith("Acme")
     query.executor.shutdown(wait=False)
+    ingest.shutdown()
+
+
+async def test_what_was_embedded_can_be_rebuilt_from_the_stored_chunk() -> None:
+    """The ingestion benchmark compares the service with the model embedding the same texts, rebuilt
+    from the stored chunks (title, section path, metadata with the document's facts, text)."""
+    embedder = RecordingEmbedder()
+    chunks = InMemoryChunkStore()
+    ingest = build_components(_settings(chunk_size_tokens=30), embedder, chunks, InMemoryDocumentRegistry())
+    spec = DocumentSpecInput(
+        document_id="acme-q3", file_name="acme-q3.md", title="0001018724-18-000005", metadata={"team": "ir"}
+    )
+    body = "Acme Corporation\nForm 10-Q\nFor the quarterly period ended September 30, 2018\n\n"
+    body += "# Results\n\n" + " ".join(f"Revenue line {i} grew." for i in range(40)) + "\n"
+    await ingest.pipeline.ingest(IngestItem("t1", spec, body.encode()))
+    stored = sorted(
+        (c for page in chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "acme-q3")) for c in page), key=lambda c: c.chunk_index
+    )
+    counter, window = embedder.token_counter(), embedder.max_tokens
+    rebuilt = [embedded_text(c.title, c.section_path, c.metadata, c.text, counter, window) for c in stored]
+    assert len(stored) > 2 and rebuilt == embedder.texts
+    assert any(text != c.text for text, c in zip(rebuilt, stored, strict=True))  # headers were added
     ingest.shutdown()
 
 
