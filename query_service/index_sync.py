@@ -4,10 +4,11 @@ process (the ingest service) writes.
 
 A listener of the RegistryFollower: at start it indexes every chunk of the visible
 generations (one paged scan of the chunk collection, with the vectors when the dense index is
-held, logged as it goes); afterwards each batch of registry changes is applied with one paged
-chunk query per `_RELOAD_BATCH` generations (`generation in [...]`), never one store call per
-document, and never on the request path. Removed documents leave the indexes at once. Both
-indexes share each chunk's attribute dict.
+held and each chunk's analysed BM25 terms where the collection keeps them, logged as it goes);
+afterwards each batch of registry changes is applied with one paged chunk query per
+`_RELOAD_BATCH` generations (`generation in [...]`), never one store call per document, and
+never on the request path. Removed documents leave the indexes at once. Both indexes share each
+chunk's attribute dict.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ _SHARED_FIELDS = (s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.GENERATION, s.SOURCE,
 
 
 def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> IndexedChunk:
-    """The chunk as the BM25 index holds it: its text to analyse (after its context header,
-    built from the stored title and section path, when those are on) and the attributes that
-    filters and hits need. Strings every chunk of a document repeats are interned, so a
-    document's chunks share one copy."""
+    """The chunk as the BM25 index holds it: its terms as the store keeps them (chunks schema 2), or its
+    text to analyse (after its context header, built from the stored title and section path, when
+    those are on), and the attributes that filters and hits need. Strings every chunk of a
+    document repeats are interned, so a document's chunks share one copy."""
     row = chunk_to_row(chunk)
     attrs = {name: row[name] for name in _KEPT_FIELDS}
     for name in _SHARED_FIELDS:
@@ -57,6 +58,8 @@ def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> Index
     if facts:
         attrs[s.METADATA] = facts
     attrs[s.TAGS] = tuple(sys.intern(tag) for tag in attrs[s.TAGS])
+    if chunk.bm25_terms is not None:  # analysed at ingestion (chunks schema 2): not again
+        return IndexedChunk(chunk.chunk_id, "", attrs, chunk.bm25_terms)
     return IndexedChunk(chunk.chunk_id, bm25_text(chunk, context_headers=context_headers), attrs)
 
 
@@ -108,7 +111,9 @@ class ChunkIndexSync:
         return " and ".join(name for name, index in kept if index is not None)
 
     def _scan(self, expr: f.FilterExpr) -> Iterator[list[ChunkRecord]]:
-        return self._chunks.scan_chunks(expr, with_vectors=self._dense is not None)
+        return self._chunks.scan_chunks(
+            expr, with_vectors=self._dense is not None, with_bm25_terms=self._index is not None
+        )
 
     def load_chunks(self) -> int:
         """Indexes every retrievable chunk of the documents the follower loaded (one paged scan)."""

@@ -51,11 +51,14 @@ AttrPredicate = Callable[[Mapping[str, Any]], bool]
 
 
 class IndexedChunk(NamedTuple):
-    """A chunk to index: its id, text and filterable attributes (schema field -> value)."""
+    """A chunk to index: its id, text and filterable attributes (schema field -> value); `terms`, when
+    given, are the text's terms as the index's analyzer makes them (read from the store), and the text
+    is not analysed again."""
 
     chunk_id: str
     text: str
     attrs: Mapping[str, Any]
+    terms: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -332,10 +335,12 @@ class InProcessBm25Index:
         prepared = [IndexedChunk(*chunk) for chunk in chunks]
         # terms interned: one copy of each term for the postings and every document's term list
         frequencies = [
-            Counter({sys.intern(term): tf for term, tf in Counter(self._analyzer.analyze(chunk.text)).items()})
-            for chunk in prepared
+            Counter({sys.intern(term): tf for term, tf in Counter(self._terms(chunk)).items()}) for chunk in prepared
         ]
         return prepared, frequencies
+
+    def _terms(self, chunk: IndexedChunk) -> Sequence[str]:
+        return chunk.terms if chunk.terms is not None else self._analyzer.analyze(chunk.text)
 
     def search(
         self,

@@ -124,6 +124,10 @@ class ChunkRecord:
     created_at: int = 0  # unix seconds when ingested
     metadata: dict[str, Any] = field(default_factory=dict)
     parent_text: str = ""  # filled at query time for child chunks when asked; never stored
+    # The analysed terms BM25 indexes (header and text), read by scan_chunks(with_bm25_terms=True) from a
+    # store that keeps them (chunks schema 2, ragrpc.store.bm25_text); None: not read, analyse the text.
+    # Never written from here: the store derives them from the chunk.
+    bm25_terms: tuple[str, ...] | None = None
 
 
 @dataclass

@@ -53,9 +53,14 @@ class ChunkStore(Protocol):
         ...
 
     def scan_chunks(
-        self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
+        self,
+        expr: FilterExpr,
+        batch_size: int | None = None,
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
-        """Every matching chunk, in pages (the store's page size unless batch_size), in chunk-id order."""
+        """Every matching chunk, in pages (the store's page size unless batch_size), in chunk-id order;
+        with_bm25_terms: with `bm25_terms` where the store keeps each chunk's analysed terms (else None)."""
         ...
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

@@ -33,8 +33,10 @@ logger = logging.getLogger(__name__)
 # under either. Collections created before keep their own level.
 CHUNKS_CONSISTENCY = "Session"
 # Schema versions of the chunks collection (in its description): 1 indexed the raw `text` for BM25;
-# 2 indexes `bm25_text`, the analysed context header and text (ragrpc.store.bm25_text). A collection
-# keeps the version it was created with; both are read and written.
+# 2 stores `bm25_text`, the analysed context header and text (ragrpc.store.bm25_text): the input of
+# Milvus' BM25 function where the server has one, and on every server the terms the query service's
+# rank_bm25 index loads without analysing each chunk again. A collection keeps the version it was
+# created with; both are read and written.
 CHUNKS_SCHEMA = 2
 REGISTRY_CONSISTENCY = "Strong"
 
@@ -104,7 +106,9 @@ class CollectionSetup:
         self._index = index
         self._chunks_schema = chunks_schema  # what a new chunks collection gets (1: as created before, for tests)
         self.bm25_supported = False
-        self.bm25_analysed = False  # schema 2: BM25 reads `bm25_text` (analysed); schema 1: the raw `text`
+        # schema 2: `bm25_text` holds each chunk's analysed terms (Milvus' BM25 reads them where the server
+        # has BM25); schema 1: no such field, Milvus' BM25 reads the raw `text`
+        self.bm25_analysed = False
         self.upsert_keeps_partitions = True
         self.server_version = ""
 
@@ -234,13 +238,14 @@ class CollectionSetup:
         schema.add_field(
             s.TEXT, DataType.VARCHAR, max_length=s.VARCHAR_LIMITS[s.TEXT], **(analysed if raw_input else {})
         )
-        if bm25 and not raw_input:
-            # The BM25 function's input: the analysed header and text (ragrpc.store.bm25_text).
+        if self._chunks_schema == 2:
+            # The analysed header and text (ragrpc.store.bm25_text): the BM25 function's input where
+            # the server has one; everywhere, the terms the rank_bm25 index loads at start.
             schema.add_field(
                 s.BM25_TEXT,
                 DataType.VARCHAR,
                 max_length=s.VARCHAR_LIMITS[s.BM25_TEXT],
-                **analysed,
+                **(analysed if bm25 else {}),
             )
         for name in (
             s.COLLECTION,

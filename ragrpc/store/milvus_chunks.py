@@ -12,7 +12,7 @@ from ragrpc import errors
 from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
 from ragrpc.store import schema as s
-from ragrpc.store.bm25_text import Bm25Text
+from ragrpc.store.bm25_text import Bm25Text, stored_terms
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
 from ragrpc.store.filters import FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
@@ -186,10 +186,17 @@ class MilvusChunkStore:
         return [row_to_chunk(r) for r in rows]
 
     def scan_chunks(
-        self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
+        self,
+        expr: FilterExpr,
+        batch_size: int | None = None,
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
-        """All chunks matching expr, in pages of the store's page size (or batch_size), in chunk-id order."""
-        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        """All chunks matching expr, in pages of the store's page size (or batch_size), in chunk-id order.
+        with_bm25_terms: each chunk's stored BM25 terms (`ChunkRecord.bm25_terms`) where the collection
+        keeps them (chunks schema 2)."""
+        terms = with_bm25_terms and self._setup.bm25_analysed
+        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else []) + ([s.BM25_TEXT] if terms else [])
         for rows in scan_rows(
             self._conn,
             self._names.chunks,
@@ -198,7 +205,11 @@ class MilvusChunkStore:
             page_size=batch_size or self.page_size,
             operation="scan_chunks",
         ):
-            yield [row_to_chunk(r) for r in rows]
+            chunks = [row_to_chunk(r) for r in rows]
+            if terms:
+                for chunk, row in zip(chunks, rows, strict=True):
+                    chunk.bm25_terms = stored_terms(row.get("entity", row)[s.BM25_TEXT])
+            yield chunks
 
     @translate_errors
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

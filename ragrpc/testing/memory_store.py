@@ -28,6 +28,7 @@ from ragrpc.models import (
 )
 from ragrpc.store import schema as s
 from ragrpc.store.base import DocumentRegistry
+from ragrpc.store.bm25_text import Bm25Text, stored_terms
 from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_chunks import chunk_to_row, hit_to_chunk
 from ragrpc.store.milvus_registry import record_to_row
@@ -54,10 +55,19 @@ def _pages(items: list, page_size: int) -> Iterator[list]:
 
 
 class InMemoryChunkStore:
+    """With `bm25_text`, it keeps each chunk's analysed BM25 terms as a collection of chunks schema 2
+    does (and returns them from scan_chunks(with_bm25_terms=True)); without, as schema 1 (None)."""
+
     def __init__(
-        self, supports_bm25: bool = False, upsert_keeps_partitions: bool = True, page_size: int = DEFAULT_PAGE_SIZE
+        self,
+        supports_bm25: bool = False,
+        upsert_keeps_partitions: bool = True,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        bm25_text: Bm25Text | None = None,
     ) -> None:
         self._rows: dict[str, ChunkRecord] = {}
+        self._bm25_text = bm25_text
+        self._terms: dict[str, str] = {}  # chunk id -> its `bm25_text` field (with bm25_text)
         self._lock = threading.Lock()
         self._bm25 = supports_bm25
         self._upsert_ok = upsert_keeps_partitions
@@ -86,9 +96,13 @@ class InMemoryChunkStore:
             raise error
         for chunk in chunks:
             _check_lengths(chunk_to_row(chunk), "insert")
+        terms = [self._bm25_text.document(c) for c in chunks] if self._bm25_text is not None else []
         with self._lock:
-            for chunk in chunks:
+            for number, chunk in enumerate(chunks):
                 self._rows[chunk.chunk_id] = copy.deepcopy(chunk)
+                self._rows[chunk.chunk_id].bm25_terms = None  # derived by the store, never written
+                if terms:
+                    self._terms[chunk.chunk_id] = terms[number]
 
     def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
         self.insert_chunks(chunks)
@@ -102,6 +116,7 @@ class InMemoryChunkStore:
         with self._lock:
             for chunk in doomed:
                 self._rows.pop(chunk.chunk_id, None)
+                self._terms.pop(chunk.chunk_id, None)
         return len(doomed)
 
     def count_chunks(self, expr: FilterExpr) -> int:
@@ -119,11 +134,20 @@ class InMemoryChunkStore:
         return found if with_vectors else [_without_vector(c) for c in found]
 
     def scan_chunks(
-        self, expr: FilterExpr, batch_size: int | None = None, with_vectors: bool = False
+        self,
+        expr: FilterExpr,
+        batch_size: int | None = None,
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
         found = sorted(self._matching(expr), key=lambda c: c.chunk_id)
         for page in _pages(found, checked_page_size(batch_size or self.page_size)):
             copies = [copy.deepcopy(c) for c in page]
+            if with_bm25_terms and self._bm25_text is not None:
+                with self._lock:
+                    for chunk in copies:
+                        field = self._terms.get(chunk.chunk_id)
+                        chunk.bm25_terms = stored_terms(field) if field is not None else None
             yield copies if with_vectors else [_without_vector(c) for c in copies]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

@@ -235,6 +235,11 @@ def test_milvus_bm25_scores_the_analysed_header_and_text(milvus_settings: Settin
     stores.chunks.upsert_chunks([dataclasses.replace(market, title="Heron census")])
     assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("herons", tenant, 5)] == ["c2"]
     assert stores.chunks.search_bm25("market report", tenant, 5)[0].chunk.chunk_id == "c2"  # its text says market
+    # the same terms are what the query service's rank_bm25 index loads instead of analysing again
+    scanned = {c.chunk_id: c for page in stores.chunks.scan_chunks(tenant, with_bm25_terms=True) for c in page}
+    assert scanned["c1"].bm25_terms == ("wetland", "survey", "2019", "duck", "swim", "pond", "morn")
+    assert scanned["c2"].bm25_terms == ("heron", "census", "stock", "market", "fell", "sharpli", "tuesday")
+    assert all(c.bm25_terms is None for page in stores.chunks.scan_chunks(tenant) for c in page)  # not asked
 
 
 def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
@@ -259,3 +264,5 @@ def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_setti
     tenant = f.filter_from_request("t1")
     assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("ducks", tenant, 5)] == ["c1"]
     assert stores.chunks.search_bm25("duck", tenant, 5) == []  # Milvus' standard analyzer: no stems
+    # no stored terms: the rank_bm25 index analyses the text itself
+    assert [c.bm25_terms for page in stores.chunks.scan_chunks(tenant, with_bm25_terms=True) for c in page] == [None]

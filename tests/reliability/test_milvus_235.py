@@ -121,6 +121,8 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
         f"{stores.setup.bm25_supported}; chunk fields: {fields}"
     )
     assert stores.setup.bm25_supported is False and s.SPARSE not in fields
+    # no BM25 function, but the analysed terms are stored for the rank_bm25 index to load (schema 2)
+    assert stores.setup.bm25_analysed and s.BM25_TEXT in fields
 
     with pytest.raises(errors.PreconditionError) as refused:
         build_sparse(
@@ -177,6 +179,12 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             rows.append(("dense (HNSW, COSINE)", f"top hit herons, score {dense[0].score:.3f}"))
             sparse, summary = await _retrieve(query_stub, "heronries colonies", mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE)
             assert sparse and sparse[0].chunk.document_id == "herons" and summary.sparse_backend == "rank_bm25"
+            stored = [
+                c
+                for page in stores.chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "herons"), with_bm25_terms=True)
+                for c in page
+            ]
+            assert stored and all(c.bm25_terms and "heron" in c.bm25_terms for c in stored)
             rows.append(("sparse (rank_bm25)", f"top hit herons, backend {summary.sparse_backend}"))
             hybrid, summary = await _retrieve(query_stub, "interest rates stock market")
             assert hybrid and hybrid[0].chunk.document_id == "stocks"

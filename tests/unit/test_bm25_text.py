@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from ragrpc.analyzer import EnglishAnalyzer
+from ragrpc.context_header import bm25_text
 from ragrpc.models import ChunkRecord
 from ragrpc.store import schema as s
-from ragrpc.store.bm25_text import Bm25Text
+from ragrpc.store.bm25_text import Bm25Text, stored_terms
 
 
 def _chunk(text: str, title: str = "", section_path: tuple[str, ...] = (), metadata: dict | None = None) -> ChunkRecord:
@@ -67,3 +68,27 @@ def test_a_chunk_longer_than_the_field_is_cut_at_a_term_boundary_within_its_byte
     assert len(terms.encode()) > limit - 30  # nearly full: only the last term is dropped
     last = terms.split(" ")[-1]
     assert re.fullmatch(r"überlängenwort\d+", last)
+
+
+def test_stored_terms_are_the_analyzer_s_terms_of_what_rank_bm25_indexes() -> None:
+    """The query service's rank_bm25 index loads the stored field instead of analysing each chunk
+    again: the terms must be exactly those it would have made (header included, any script)."""
+    analyzer = EnglishAnalyzer()
+    for chunk in (
+        _chunk("Ducks were swimming in the ponds.", title="Wetland survey", section_path=("Birds",)),
+        _chunk("Revenue (2023-Q2): $1,234.5m — naïve café, Straße, 東京 data", title="Q2"),
+        _chunk("the of and", title=""),  # stop words only: no terms
+        _chunk("", title=""),
+    ):
+        expected = tuple(analyzer.analyze(bm25_text(chunk, context_headers=True)))
+        assert stored_terms(Bm25Text(analyzer).document(chunk)) == expected
+
+
+def test_a_field_that_may_have_been_cut_is_not_trusted() -> None:
+    """A field at its byte limit may have lost terms (`_cut`): the text is analysed instead."""
+    long_text = " ".join(f"término{i}" for i in range(12_000))  # about 130 KB of terms
+    field = Bm25Text(EnglishAnalyzer()).document(_chunk(long_text))
+    assert len(field.encode()) <= s.VARCHAR_LIMITS[s.BM25_TEXT]
+    assert stored_terms(field) is None
+    short = Bm25Text(EnglishAnalyzer()).document(_chunk(" ".join(f"término{i}" for i in range(1_000))))
+    assert stored_terms(short) is not None and len(stored_terms(short) or ()) == 1_000

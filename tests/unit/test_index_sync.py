@@ -162,3 +162,48 @@ async def test_auto_holds_the_vectors_of_a_small_server_collection_only() -> Non
     for engine in (held, above):
         engine.executor.shutdown(wait=False)
     ingest.shutdown()
+
+
+class _CountingAnalyzer(EnglishAnalyzer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def analyze(self, text: str) -> list[str]:
+        self.texts.append(text)
+        return super().analyze(text)
+
+
+async def test_stored_terms_are_loaded_without_analysing_the_chunks_again_and_score_the_same() -> None:
+    """A store that keeps each chunk's analysed terms (chunks schema 2) saves the index from analysing
+    every chunk at start and on each reload; what it finds, and the scores, are those of analysing."""
+    from ragrpc.store.bm25_text import Bm25Text
+
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=20, chunk_overlap_tokens=0)
+    results = {}
+    for keeps_terms in (False, True):
+        store = InMemoryChunkStore(bm25_text=Bm25Text(EnglishAnalyzer()) if keeps_terms else None)
+        registry = InMemoryDocumentRegistry()
+        ingest = build_ingest(settings, HashingEmbedder(), store, registry)
+        for name, text in (("birds", DUCKS), ("swans", SWANS)):
+            spec = DocumentSpecInput(document_id=name, file_name=f"{name}.txt", title=f"Field guide: {name}")
+            await ingest.pipeline.ingest(IngestItem("t1", spec, text * 4))
+        analyzer = _CountingAnalyzer()
+        follower = RegistryFollower(registry)
+        sync = ChunkIndexSync(InProcessBm25Index(analyzer), store, context_headers=True)
+        follower.add_listener(sync)
+        follower.load()
+        spec = DocumentSpecInput(document_id="geese", file_name="geese.txt", title="Field guide: geese")
+        await ingest.pipeline.ingest(IngestItem("t1", spec, b"Geese graze on fields and fly in skeins."))
+        follower.poll()  # a reload after start
+        retriever = RankBm25Retriever(sync.index)
+        found = retriever.search("field guide swans mallards geese", "t1", f.filter_from_request("t1"), 10)
+        results[keeps_terms] = [  # chunk ids name the generation, which differs between the runs
+            (h.chunk.document_id, h.chunk.chunk_index, round(h.scores.sparse or 0.0, 9)) for h in found
+        ]
+        indexed_texts = [t for t in analyzer.texts if t != "field guide swans mallards geese"]
+        assert sync.loaded_chunks > 2
+        assert (indexed_texts == []) if keeps_terms else len(indexed_texts) > sync.loaded_chunks
+        ingest.shutdown()
+    assert results[True] == results[False]
+    assert {document for document, _, _ in results[True]} == {"birds", "swans", "geese"}
