@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from query_service.sparse_index import ReadWriteLock
+from query_service.rw_lock import ReadWriteLock
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from query_service.retrieval_types import RetrievalQuery, RetrievalResult, Stage
 from ragrpc import errors
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkRecord, ScoredChunk, document_key
-from ragrpc.store import filters as f
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
+from ragrpc.store.request_filter import filter_from_request
 from ragrpc.tracing import NoopTracer, Tracer, in_current_context
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class RetrievalPipeline:
             )
         timer = StageTimer()
         started = self._clock()
-        expr = f.filter_from_request(
+        expr = filter_from_request(
             query.tenant,
             query.collection,
             query.document_ids,

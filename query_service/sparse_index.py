@@ -31,17 +31,17 @@ import itertools
 import logging
 import math
 import sys
-import threading
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from query_service.growable_array import GrowableArray
+from query_service.rw_lock import ReadWriteLock
 from ragrpc.analyzer import Analyzer
 from ragrpc.store import schema
 
@@ -68,66 +68,6 @@ class Bm25Parameters:
     epsilon: float = 0.25
 
 
-class ReadWriteLock:
-    """Many readers or one writer; a waiting writer blocks new readers."""
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._writers_waiting = 0
-
-    @contextmanager
-    def read(self) -> Iterator[None]:
-        with self._condition:
-            while self._writer or self._writers_waiting:
-                self._condition.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._readers -= 1
-                if not self._readers:
-                    self._condition.notify_all()
-
-    @contextmanager
-    def write(self) -> Iterator[None]:
-        with self._condition:
-            self._writers_waiting += 1
-            while self._writer or self._readers:
-                self._condition.wait()
-            self._writers_waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._writer = False
-                self._condition.notify_all()
-
-
-class _GrowableArray:
-    """A numpy array with amortised O(1) append."""
-
-    def __init__(self, dtype: type, capacity: int = 1024) -> None:
-        self.data: np.ndarray = np.zeros(capacity, dtype=dtype)
-        self.size = 0
-
-    @classmethod
-    def of(cls, values: np.ndarray, min_capacity: int = 1024) -> _GrowableArray:
-        grown = cls(values.dtype.type, max(min_capacity, len(values)))
-        grown.data[: len(values)] = values
-        grown.size = len(values)
-        return grown
-
-    def append(self, value: Any) -> None:
-        if self.size == len(self.data):
-            self.data = np.concatenate([self.data, np.zeros_like(self.data)])
-        self.data[self.size] = value
-        self.size += 1
-
-
 class _Scope:
     """Index and statistics of one tenant. Not locked itself; the index locks."""
 
@@ -136,8 +76,8 @@ class _Scope:
         self.postings: defaultdict[str, array] = defaultdict(partial(array, "i"))
         self.df: dict[str, int] = {}
         self.df_histogram: Counter[int] = Counter()  # df value -> number of terms with it
-        self.doc_len = _GrowableArray(np.float64)
-        self.alive = _GrowableArray(np.bool_)
+        self.doc_len = GrowableArray(np.float64)
+        self.alive = GrowableArray(np.bool_)
         self.slot_chunk_ids: list[str] = []
         self.slot_attrs: list[Mapping[str, Any]] = []
         self.documents: dict[str, range] = {}  # a document's chunks hold consecutive slots
@@ -221,8 +161,8 @@ class _Scope:
         keep = np.flatnonzero(alive)
         self.slot_chunk_ids = [self.slot_chunk_ids[i] for i in keep]
         self.slot_attrs = [self.slot_attrs[i] for i in keep]
-        self.doc_len = _GrowableArray.of(self.doc_len.data[keep])
-        self.alive = _GrowableArray.of(np.ones(len(keep), dtype=np.bool_))
+        self.doc_len = GrowableArray.of(self.doc_len.data[keep])
+        self.alive = GrowableArray.of(np.ones(len(keep), dtype=np.bool_))
         # live slots keep their order, so a document's chunks stay consecutive
         self.documents = {
             doc: range(int(new_slot[slots[0]]), int(new_slot[slots[0]]) + len(slots)) if slots else range(0)
@@ -288,7 +228,7 @@ class InProcessBm25Index:
 
     Documents are keyed by (tenant, document_id). Each stored chunk's attrs are extended
     with tenant, document_id and chunk_id, so `allow` predicates (e.g.
-    `filters.filter_from_request(...).matches`) can test those too.
+    `filter_from_request(...).matches`) can test those too.
     """
 
     def __init__(

@@ -1,5 +1,5 @@
 """What every chunker shares: the configuration, the Chunker protocol, a document tokenized
-once (`DocumentView`), token windows cut on token spans, and turning a plan (`Draft`s: char
+once (`DocumentView`; its token windows: `token_windows`), and turning a plan (`Draft`s: char
 ranges of the document) into numbered `ChunkDraft`s with pages and section paths.
 
 Sizes are in tokens of the injected TokenCounter (the embedding model's own tokenizer in
@@ -18,16 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ingest_service.chunking.token_windows import Range, TokenizedText
 from ragrpc.errors import InvalidInputError
 from ragrpc.models import Block, BlockKind, ChunkDraft, ChunkKind, ExtractedDocument
-from ragrpc.tokens import Span, TokenCounter
+from ragrpc.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 
 MODEL_MAX_TOKENS = 254  # all-MiniLM-L6-v2: 256 positions less [CLS] and [SEP]
 DEFAULT_OVERLAP_FRACTION = 0.15
 BLOCK_SEPARATOR = "\n\n"
-Range = tuple[int, int]  # [start, end) character offsets in DocumentView.text
 
 
 @dataclass(frozen=True)
@@ -125,87 +125,6 @@ class Draft:
     kind: ChunkKind = ChunkKind.RETRIEVABLE
     parent: Draft | None = None
     prefix: str = ""  # a line put on top of the parts (a compacted table header)
-
-
-def trim_range(text: str, start: int, end: int) -> Range:
-    """The range without leading/trailing whitespace (empty ranges collapse to start)."""
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-class TokenizedText:
-    """A text tokenized once; counts and cuts any of its char ranges on token spans."""
-
-    def __init__(self, text: str, spans: Sequence[Span]) -> None:
-        self.text = text
-        self._starts = [s for s, _ in spans]
-        self._ends = [e for _, e in spans]
-
-    @property
-    def total_tokens(self) -> int:
-        return len(self._starts)
-
-    def count(self, start: int, end: int) -> int:
-        """Tokens that start inside [start, end)."""
-        return bisect.bisect_left(self._starts, end) - bisect.bisect_left(self._starts, start)
-
-    def _gap_before(self, k: int) -> bool:
-        """True when token k starts a word (whitespace, or nothing, before it)."""
-        return k == 0 or self._starts[k] > self._ends[k - 1]
-
-    def _cut_at_whitespace(self, first: int, stop: int, lookback: int) -> int:
-        for k in range(stop, max(first + 1, stop - lookback) - 1, -1):
-            if self._gap_before(k):
-                return k
-        return stop
-
-    def _word_start(self, k: int, limit: int) -> int | None:
-        """The first token in [k, limit) that starts a word, if any."""
-        for j in range(k, limit):
-            if self._gap_before(j):
-                return j
-        return None
-
-    def windows(
-        self, start: int, end: int, size: int, overlap: int = 0, *, absorb: int = 0, limit: int = 0
-    ) -> list[Range]:
-        """Cuts [start, end) into windows of at most `size` tokens (trimmed char ranges of
-        the original text), consecutive windows sharing about `overlap` tokens. Cuts fall
-        on token boundaries, preferably at whitespace. A last remainder of <= `absorb`
-        tokens joins the window before it when that stays within `limit` tokens."""
-        first = bisect.bisect_left(self._starts, start)
-        stop = bisect.bisect_left(self._starts, end)
-        if stop - first <= size:
-            return [trim_range(self.text, start, end)]
-        out: list[Range] = []
-        i, char_start = first, start
-        while True:
-            j = min(i + size, stop)
-            if j < stop and stop - j <= absorb and stop - i <= limit:
-                j = stop
-            elif j < stop:
-                j = self._cut_at_whitespace(i, j, max(1, size // 4))
-            char_end = end if j >= stop else self._starts[j]
-            out.append(trim_range(self.text, char_start, char_end))
-            if j >= stop:
-                return [r for r in out if r[0] < r[1]]
-            nxt = max(j - overlap, i + 1)
-            word = self._word_start(nxt, j) if overlap else j
-            i = nxt if word is None else word
-            char_start = self._starts[i]
-
-    def tail_start(self, start: int, end: int, tokens: int) -> int:
-        """Offset of the first word start among the last `tokens` tokens of [start, end);
-        `end` when none of them starts a word (no tail rather than half a word)."""
-        stop = bisect.bisect_left(self._starts, end)
-        first = max(bisect.bisect_left(self._starts, start), stop - tokens)
-        if first >= stop:
-            return end
-        word = self._word_start(first, stop)
-        return end if word is None else self._starts[word]
 
 
 class DocumentView:

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ingest_service.chunking.base import DocumentView, Draft, Piece, Range, draft_of, trim_range
+from ingest_service.chunking.base import DocumentView, Draft, Piece, draft_of
+from ingest_service.chunking.token_windows import Range, trim_range
 from ragrpc.models import BlockKind
 
 Splitter = Callable[[str, int, int], list[Range]]

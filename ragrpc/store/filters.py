@@ -11,9 +11,8 @@ Safety rules (a value can never change the structure of the expression):
   * fields must be in the builder's allow-list (default `schema.FILTERABLE_FIELDS`) and be
     plain identifiers; values must have the declared type (bool is not int; floats finite;
     ints within int64);
-  * string literals are double-quoted; backslash, `"`, newline, CR and tab are escaped (the
-    escapes milvus-lite and Milvus's Go parser share); other control characters (C0, DEL,
-    C1) and lone surrogates are rejected (no shared escape; never a legitimate value).
+  * literals are rendered by ragrpc.store.filter_literals (strings double-quoted and escaped,
+    control characters and lone surrogates rejected).
 
 `render()` inlines literals (milvus-lite rejects templates); `render_with_params()` gives a
 `{name}` template plus params for servers that support expression templates (Milvus >= 2.5).
@@ -31,19 +30,14 @@ from types import MappingProxyType
 from typing import Any
 
 from ragrpc.errors import InvalidInputError
-from ragrpc.models import ChunkKind
 from ragrpc.store import schema
+from ragrpc.store.filter_literals import INT64_MAX, INT64_MIN, quote_string, render_literal
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 DEFAULT_MAX_VALUES = 1024  # values in one `in` / `array_contains_any` list
 
 DEFAULT_MAX_LENGTHS: Mapping[str, int] = MappingProxyType({**schema.VARCHAR_LIMITS, schema.TAGS: schema.MAX_TAG_LENGTH})
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_FORBIDDEN_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPE_PATTERN = re.compile(r'[\\"\n\r\t]')
 _COMPARISONS: Mapping[str, Callable[[Any, Any], Any]] = MappingProxyType(
     {
         "==": operator.eq,
@@ -54,35 +48,6 @@ _COMPARISONS: Mapping[str, Callable[[Any, Any], Any]] = MappingProxyType(
         "<=": operator.le,
     }
 )
-
-
-def quote_string(value: str) -> str:
-    """A Milvus double-quoted literal whose parsed value is exactly `value`."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected str, got {type(value).__name__}")
-    bad = _FORBIDDEN_CHARS.search(value)
-    if bad:
-        raise InvalidInputError(f"character U+{ord(bad.group()):04X} is not allowed in a filter value")
-    return '"' + _ESCAPE_PATTERN.sub(lambda m: _ESCAPES[m.group()], value) + '"'
-
-
-def render_literal(value: Any) -> str:
-    """Render a validated scalar or list value as a Milvus literal."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise InvalidInputError(f"integer {value} is outside int64")
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInputError("NaN and infinite numbers are not allowed in a filter")
-        return repr(value)
-    if isinstance(value, str):
-        return quote_string(value)
-    if isinstance(value, tuple | list):
-        return "[" + ", ".join(render_literal(v) for v in value) + "]"
-    raise TypeError(f"cannot render {type(value).__name__} as a filter literal")
 
 
 def _checked_field(name: str) -> str:
@@ -292,7 +257,7 @@ class FilterBuilder:
                 raise InvalidInputError(
                     f"{key} values must be 1-{schema.MAX_METADATA_VALUE_CHARS} characters", field=field_path
                 )
-            with _relabel(field_path):
+            with relabel(field_path):
                 quote_string(value)
             return value
 
@@ -340,7 +305,7 @@ class FilterBuilder:
         limit = self._max_lengths.get(field_name)
         if limit is not None and len(value) > limit:
             raise InvalidInputError(f"{field_name} value longer than {limit} characters", field=field_name)
-        with _relabel(field_name):
+        with relabel(field_name):
             quote_string(value)  # rejects control characters and lone surrogates
         return value
 
@@ -368,7 +333,7 @@ def _conjunction(operator: str, exprs: tuple[FilterExpr, ...]) -> FilterExpr:
 
 
 @contextmanager
-def _relabel(field_path: str) -> Iterator[None]:
+def relabel(field_path: str) -> Iterator[None]:
     """Re-raise InvalidInputError with `field_path` as its field violation."""
     try:
         yield
@@ -387,70 +352,3 @@ eq, ne, gt, gte, lt, lte = (
 )
 in_, contains_any = DEFAULT_BUILDER.in_, DEFAULT_BUILDER.contains_any
 and_, or_ = DEFAULT_BUILDER.and_, DEFAULT_BUILDER.or_
-
-
-def filter_from_request(
-    tenant: str,
-    collection: str = "",
-    document_ids: Iterable[str] = (),
-    sources: Iterable[str] = (),
-    media_types: Iterable[str] = (),
-    tags: Iterable[str] = (),
-    time_after: int | None = None,
-    time_before: int | None = None,
-    *,
-    facts: Mapping[str, Iterable[str]] | None = None,
-    builder: FilterBuilder = DEFAULT_BUILDER,
-) -> FilterExpr:
-    """The standard query filter: the tenant's retrievable chunks matching a MetadataFilter.
-
-    collection "" means every collection of the tenant. time_after/time_before are unix
-    seconds (doc_date >= after, doc_date < before); with either set, documents of unknown
-    date (doc_date == 0) are excluded. `facts` maps a key of schema.FILTERABLE_METADATA_KEYS to
-    the values one of which a chunk's metadata must hold. Errors name the request field
-    (options.filter.*).
-    """
-    if not isinstance(tenant, str) or not tenant:
-        raise InvalidInputError("tenant is required", field="tenant")
-    with _relabel("tenant"):
-        parts = [builder.eq(schema.TENANT, tenant)]
-    parts.append(builder.eq(schema.KIND, int(ChunkKind.RETRIEVABLE)))
-    if collection:
-        with _relabel("options.collection"):
-            parts.append(builder.eq(schema.COLLECTION, collection))
-    lists = (
-        ("document_ids", schema.DOCUMENT_ID, document_ids, builder.in_),
-        ("sources", schema.SOURCE, sources, builder.in_),
-        ("media_types", schema.MEDIA_TYPE, media_types, builder.in_),
-        ("tags", schema.TAGS, tags, builder.contains_any),
-    )
-    for request_field, field_name, values, make in lists:
-        values = list(values)
-        if values:
-            with _relabel(f"options.filter.{request_field}"):
-                parts.append(make(field_name, values))
-    for key, values in (facts or {}).items():  # organization, document_type, fiscal_period
-        values = list(values)
-        if values:
-            with _relabel(f"options.filter.{key}s"):
-                parts.append(builder.metadata_in(key, values))
-    parts.extend(_time_conditions(builder, time_after, time_before))
-    return builder.and_(*parts)
-
-
-def _time_conditions(builder: FilterBuilder, after: int | None, before: int | None) -> list[FilterExpr]:
-    if after is None and before is None:
-        return []
-    if after is not None and before is not None and after >= before:
-        raise InvalidInputError(
-            "document_time_after must be before document_time_before",
-            field="options.filter.document_time_before",
-        )
-    conditions = [builder.ne(schema.DOC_DATE, 0)]
-    if after is not None:
-        with _relabel("options.filter.document_time_after"):
-            conditions.append(builder.gte(schema.DOC_DATE, after))
-    if before is not None:
-        with _relabel("options.filter.document_time_before"):
-            conditions.append(builder.lt(schema.DOC_DATE, before))
-    return conditions

@@ -28,8 +28,8 @@ from query_service.app import build_components
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
-from ragrpc.store import filters as f
 from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.request_filter import filter_from_request
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 from scripts.bench import querydata as qd
 from scripts.bench.common import BenchConfig, SectionResult, load_scifact, proc_status_kb, ratio, summary_ms
@@ -100,7 +100,7 @@ def measure_layers(
     # the same sparse backend as the service these layers are compared with (started with milvus_bm25)
     settings = dataclasses.replace(settings, sparse_backend="milvus_bm25")
     components = build_components(settings, embedder, stores.chunks, stores.registry)
-    expr = f.filter_from_request(qd.TENANT, qd.COLLECTION)
+    expr = filter_from_request(qd.TENANT, qd.COLLECTION)
     loop = asyncio.new_event_loop()
     samples: dict[str, list[float]] = {}
 
@@ -159,7 +159,7 @@ def measure_index(
 ) -> dict[str, float]:
     """p50 of search_dense and mean recall@10 against exact over the same vectors."""
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=False)
-    expr = f.filter_from_request(qd.TENANT, qd.COLLECTION)
+    expr = filter_from_request(qd.TENANT, qd.COLLECTION)
     started = time.perf_counter()
     stores.chunks.search_dense(query_vectors[0], expr, TOP_K)
     first = time.perf_counter() - started

@@ -42,6 +42,7 @@ from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder, embedder_from_settings
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import index_config, open_milvus_stores
+from ragrpc.store.request_filter import filter_from_request
 from scripts.bench import bulk
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult, load_scifact, percentile, proc_status_kb
 from scripts.bench.querydata import text_pool
@@ -150,13 +151,11 @@ def _timed(fn: Any, items: list[Any]) -> tuple[list[float], list[Any]]:
 
 
 def _store_floor(settings: Settings, embedder: SentenceTransformerEmbedder, vectors: np.ndarray) -> tuple:
-    from ragrpc.store import filters as f
-
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=False)
     names = CollectionNames.with_prefix(settings.collection_prefix)
     client = stores.connection.client()
     params = index_config(settings).search_params(100)  # the adapter's own search parameters
-    expr = f.filter_from_request(bulk.TENANT).render()
+    expr = filter_from_request(bulk.TENANT).render()
 
     def search(vector: np.ndarray) -> list[str]:
         hits = client.search(

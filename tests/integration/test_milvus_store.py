@@ -14,6 +14,7 @@ from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.request_filter import filter_from_request
 from ragrpc.testing import all_records
 
 pytestmark = pytest.mark.slow
@@ -56,15 +57,15 @@ def test_schema_model_check_and_round_trip(milvus_settings: Settings, real_embed
         ]
     )
     query = real_embedder.embed_query("where do ducks live?")
-    hits = stores.chunks.search_dense(query, f.filter_from_request("t1"), 5)
+    hits = stores.chunks.search_dense(query, filter_from_request("t1"), 5)
     assert [h.chunk.chunk_id for h in hits][0] == "c1"
     assert all(h.chunk.tenant == "t1" for h in hits)
     assert -1.0 <= hits[0].score <= 1.0
-    bm25 = stores.chunks.search_bm25("ducks", f.filter_from_request("t1"), 5)
+    bm25 = stores.chunks.search_bm25("ducks", filter_from_request("t1"), 5)
     assert [h.chunk.chunk_id for h in bm25] == ["c1"] and bm25[0].score > 0
-    tagged = stores.chunks.search_dense(query, f.filter_from_request("t1", tags=["birds"]), 5)
+    tagged = stores.chunks.search_dense(query, filter_from_request("t1", tags=["birds"]), 5)
     assert [h.chunk.chunk_id for h in tagged] == ["c1"]
-    odd = stores.chunks.search_dense(query, f.filter_from_request("t1", sources=['we"ird\\source']), 5)
+    odd = stores.chunks.search_dense(query, filter_from_request("t1", sources=['we"ird\\source']), 5)
     assert [h.chunk.chunk_id for h in odd] == ["c2"]
     assert stores.chunks.delete_chunks(f.eq(s.CHUNK_ID, "c2")) in (0, 1)
     assert stores.chunks.count_chunks(f.eq(s.TENANT, "t1")) == 1
@@ -123,7 +124,7 @@ def test_writer_flush_on_milvus_lite(milvus_settings: Settings, real_embedder) -
     stores.chunks.insert_chunks([_chunk(real_embedder, f"f{i}", f"Herons nest in colonies {i}.") for i in range(5)])
     assert stores.connection.unflushed_since is not None
     assert flusher.flush_if_due() and stores.connection.unflushed_since is None
-    hits = stores.chunks.search_dense(real_embedder.embed_query("heron colonies"), f.filter_from_request("t1"), 5)
+    hits = stores.chunks.search_dense(real_embedder.embed_query("heron colonies"), filter_from_request("t1"), 5)
     assert {h.chunk.chunk_id for h in hits} == {f"f{i}" for i in range(5)}
     assert wal_flusher(dataclasses.replace(milvus_settings, milvus_flush="off"), stores) is None
 
@@ -225,7 +226,7 @@ def test_milvus_bm25_scores_the_analysed_header_and_text(milvus_settings: Settin
         title="Market report",
     )
     stores.chunks.insert_chunks([wetland, market])
-    tenant = f.filter_from_request("t1")
+    tenant = filter_from_request("t1")
     stemmed = stores.chunks.search_bm25("duck swims in a pond", tenant, 5)
     assert [h.chunk.chunk_id for h in stemmed] == ["c1"]
     assert stemmed[0].chunk.text == "Ducks were swimming on the ponds all morning."  # not the indexed terms
@@ -261,7 +262,7 @@ def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_setti
     )
     assert stores.setup.bm25_supported and not stores.setup.bm25_analysed
     stores.chunks.insert_chunks([_chunk(real_embedder, "c1", "Ducks swim on ponds.")])
-    tenant = f.filter_from_request("t1")
+    tenant = filter_from_request("t1")
     assert [h.chunk.chunk_id for h in stores.chunks.search_bm25("ducks", tenant, 5)] == ["c1"]
     assert stores.chunks.search_bm25("duck", tenant, 5) == []  # Milvus' standard analyzer: no stems
     # no stored terms: the rank_bm25 index analyses the text itself

@@ -20,6 +20,7 @@ from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.paging import MAX_QUERY_WINDOW
+from ragrpc.store.request_filter import filter_from_request
 from ragrpc.testing import InMemoryChunkStore, InMemoryDocumentRegistry, all_keys, all_records
 
 PAGE = 7
@@ -163,7 +164,7 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     stores.chunks.insert_chunks(chunks)
 
     def found(**wanted: list[str]) -> set[str]:
-        expr = f.filter_from_request("t1", facts=wanted)
+        expr = filter_from_request("t1", facts=wanted)
         hits = stores.chunks.search_dense(np.array(_vector(0), dtype=np.float32), expr, 10)
         by_query = {c.document_id for c in stores.chunks.query_chunks(expr, limit=10)}
         assert {h.chunk.document_id for h in hits} == by_query  # search and query filter alike
@@ -174,5 +175,5 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     assert found(fiscal_period=["FY2017"], document_type=["10-K", "10-Q"]) == {"d0", "d2"}
     assert found(organization=["amazon.com, inc."]) == set()  # exact values
     with pytest.raises(errors.InvalidInputError) as refused:
-        f.filter_from_request("t1", facts={"author": ["x"]})
+        filter_from_request("t1", facts={"author": ["x"]})
     assert "cannot be filtered on" in refused.value.message

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ingest_service.chunking import CHUNKING_STRATEGIES, ChunkingConfig, build_chunker
-from ingest_service.chunking.base import DocumentView, TokenizedText
+from ingest_service.chunking.base import DocumentView
+from ingest_service.chunking.token_windows import TokenizedText
 from ragrpc.errors import InvalidInputError
 from ragrpc.models import Block, BlockKind, ExtractedDocument
 from ragrpc.tokens import WordTokenCounter

@@ -17,19 +17,19 @@ from hypothesis import strategies as st
 
 from ragrpc.errors import InvalidInputError
 from ragrpc.store import filters, schema
+from ragrpc.store.filter_literals import quote_string
 from ragrpc.store.filters import (
     FilterBuilder,
     and_,
     contains_any,
     eq,
-    filter_from_request,
     gte,
     in_,
     lt,
     ne,
     or_,
-    quote_string,
 )
+from ragrpc.store.request_filter import filter_from_request
 
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
 # Characters the builder accepts: everything but C0/DEL/C1 controls (tab, LF, CR allowed).

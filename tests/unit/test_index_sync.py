@@ -16,6 +16,7 @@ from ragrpc.config import Settings
 from ragrpc.models import ChunkRecord
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
+from ragrpc.store.request_filter import filter_from_request
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
 
 DUCKS = b"Ducks swim on ponds and eat water plants. Mallards are the most common ducks."
@@ -34,7 +35,7 @@ async def test_index_follows_ingest_replace_update_and_delete() -> None:
 
     def hits(query: str, **filters) -> list[str]:  # type: ignore[no-untyped-def]
         follower.poll()  # what the query service's background task does every interval
-        return [h.chunk.document_id for h in retriever.search(query, "t1", f.filter_from_request("t1", **filters), 10)]
+        return [h.chunk.document_id for h in retriever.search(query, "t1", filter_from_request("t1", **filters), 10)]
 
     spec = DocumentSpecInput(document_id="birds", file_name="birds.txt", tags=["ducks"])
     await ingest.pipeline.ingest(IngestItem("t1", spec, DUCKS))
@@ -197,7 +198,7 @@ async def test_stored_terms_are_loaded_without_analysing_the_chunks_again_and_sc
         await ingest.pipeline.ingest(IngestItem("t1", spec, b"Geese graze on fields and fly in skeins."))
         follower.poll()  # a reload after start
         retriever = RankBm25Retriever(sync.index)
-        found = retriever.search("field guide swans mallards geese", "t1", f.filter_from_request("t1"), 10)
+        found = retriever.search("field guide swans mallards geese", "t1", filter_from_request("t1"), 10)
         results[keeps_terms] = [  # chunk ids name the generation, which differs between the runs
             (h.chunk.document_id, h.chunk.chunk_index, round(h.scores.sparse or 0.0, 9)) for h in found
         ]

@@ -19,7 +19,7 @@ from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.errors import PreconditionError
-from ragrpc.store.filters import filter_from_request
+from ragrpc.store.request_filter import filter_from_request
 
 IR_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "ir"
 
