@@ -8,6 +8,9 @@ each one a keyset query (`pk > last`), until the filter has no more rows. Becaus
 key order, the first rows of a scan with `pk > after` are also the next page of a listing
 (keyset pagination, as `ListDocuments` does).
 
+A scan of more than one page reads the next page in a thread while its caller works on the current
+one (`ragrpc.store.prefetch`), so the store's time and the caller's overlap.
+
 A page size above MAX_QUERY_WINDOW or below 1 is a configuration error; a scan that fails
 part-way raises (it never ends early as if the collection were smaller).
 """
@@ -20,6 +23,7 @@ from typing import Any
 from ragrpc import errors
 from ragrpc.store import schema as s
 from ragrpc.store.milvus_connection import MilvusConnection, translate_exception
+from ragrpc.store.prefetch import prefetched
 
 MAX_QUERY_WINDOW = 16384  # Milvus: offset + limit of one query
 DEFAULT_PAGE_SIZE = 8192
@@ -65,7 +69,8 @@ def scan_rows(
             key = primary_key(probe[0])
             yield sorted(probe, key=lambda row: row[key]) if key else list(probe)
         return
-    yield from _iterate(conn, collection, expr, output_fields, size, operation)
+    # the next page is read while the caller works on this one (ragrpc.store.prefetch)
+    yield from prefetched(_iterate(conn, collection, expr, output_fields, size, operation), name=f"scan-{operation}")
 
 
 def primary_key(row: dict[str, Any]) -> str:
