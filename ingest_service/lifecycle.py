@@ -1,6 +1,8 @@
 """The lifecycle of a document: the one owner of its lock and of every write of its lifecycle fields
 (`state`, `generation`, `pending_generation`, `stale_generation`, `deleting`). The pipeline, the
-document service and start-up recovery call it; nothing else writes those fields.
+document service and start-up recovery call it; nothing else writes those fields (its store-only
+steps of settling a failed attempt and of recovery at start are in ingest_service.recovery, called
+from here only).
 
 States and transitions (A, G: generations; the chunks queries show are those of `generation`):
 
@@ -47,19 +49,15 @@ from typing import Any, TypeVar
 
 from ingest_service.attempts import Attempt, document_etag, finish_despite_cancel
 from ingest_service.chunk_records import copied_chunk_id, new_generation
+from ingest_service.recovery import recover_documents, settle_failed_attempt
 from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
 from ragrpc import errors
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, document_key
-from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore, DocumentRegistry
-from ragrpc.store.filters import FilterBuilder
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
-_REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 
 
 class DocumentLifecycle:
@@ -347,33 +345,7 @@ class DocumentLifecycle:
         await asyncio.gather(*self._settling, return_exceptions=True)
 
     def _settle(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
-        """The attempt's chunks go and its record (with what it learnt, e.g. pages without text) is
-        FAILED with `error`, or stays ACTIVE with the previous version; a replaced version's leftover
-        chunks go. An attempt that already switched (the store took the write but the reply was lost)
-        stays ACTIVE; one that a later attempt superseded is left alone."""
-        tenant, document_id = attempt.tenant, attempt.document_id
-        stored = self._registry.get(tenant, document_id)
-        if stored is None:
-            if generation:
-                self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
-            return
-        changed = False
-        if generation and stored.pending_generation == generation:
-            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
-            record = DocumentRecord(**{**attempt.__dict__})
-            record.generation, record.stale_generation = stored.generation, stored.stale_generation
-            record.pending_generation = ""
-            record.state = DocumentState.ACTIVE if stored.state == DocumentState.ACTIVE else DocumentState.FAILED
-            if error is not None:
-                record.error = error.message
-                record.error_code = errors.status_name(error)
-            stored, changed = record, True
-        if stored.stale_generation and stored.stale_generation != stored.generation:
-            self._chunks.delete_chunks(chunks_of_generation(tenant, document_id, stored.stale_generation))
-            stored.stale_generation = ""
-            changed = True
-        if changed:
-            self._registry.put(stored)
+        settle_failed_attempt(self._registry, self._chunks, attempt, generation, error)
 
     def _settle_later(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
         task = asyncio.get_running_loop().create_task(self._settle_when_reachable(attempt, generation, error))
@@ -402,46 +374,5 @@ class DocumentLifecycle:
     # ---- recovery at start ------------------------------------------------------------------------
 
     def recover(self) -> dict[str, int]:
-        """Run by the writer at start, before it serves: finishes deletes, removes chunks of
-        interrupted attempts and of replaced versions, and fails documents left PROCESSING."""
-        counts = {"deletes_finished": 0, "attempts_rolled_back": 0, "stale_versions_removed": 0}
-        scanned = 0
-        # Every document, page by page (the markers of an interrupted attempt live in each row's record).
-        for page in self._registry.scan(_REGISTRY_FILTER.gte(s.STATE, 0)):
-            for record in page:
-                self._recover(record, counts)
-            scanned += len(page)
-        logger.info("recovery checked %d documents", scanned)
-        # Readers follow deletes through the journal while they run; one that was away this long loads in full.
-        self._registry.purge_deletions(int(time.time()) - DELETION_JOURNAL_KEEP_S)
-        if any(counts.values()):
-            logger.warning("recovery after an interrupted run: %s", counts)
-        return counts
-
-    def _recover(self, record: DocumentRecord, counts: dict[str, int]) -> None:
-        if record.deleting:
-            self._chunks.delete_chunks(chunks_of_document(record.tenant, record.document_id))
-            self._registry.delete(record.tenant, record.document_id)
-            counts["deletes_finished"] += 1
-            return
-        changed = False
-        if record.pending_generation:
-            self._chunks.delete_chunks(
-                chunks_of_generation(record.tenant, record.document_id, record.pending_generation)
-            )
-            record.pending_generation = ""
-            counts["attempts_rolled_back"] += 1
-            changed = True
-        if record.stale_generation:
-            self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, record.stale_generation))
-            record.stale_generation = ""
-            counts["stale_versions_removed"] += 1
-            changed = True
-        if record.state in (DocumentState.PENDING, DocumentState.PROCESSING):
-            record.state = DocumentState.ACTIVE if record.generation else DocumentState.FAILED
-            if record.state == DocumentState.FAILED:
-                record.error = "ingestion was interrupted by a restart of the ingest service; ingest it again"
-                record.error_code = "ABORTED"
-            changed = True
-        if changed:
-            self._registry.put(record)
+        """Run by the writer at start, before it serves (ingest_service.recovery.recover_documents)."""
+        return recover_documents(self._registry, self._chunks)
