@@ -92,3 +92,12 @@ def test_a_field_that_may_have_been_cut_is_not_trusted() -> None:
     assert stored_terms(field) is None
     short = Bm25Text(EnglishAnalyzer()).document(_chunk(" ".join(f"término{i}" for i in range(1_000))))
     assert stored_terms(short) is not None and len(stored_terms(short) or ()) == 1_000
+
+
+def test_stored_terms_share_one_string_per_term_across_chunks() -> None:
+    # the query service holds every chunk's terms until its start-up scan ends: each chunk's tuple must
+    # point at one shared string per term, not a fresh copy (2-3 GB at 1M chunks)
+    first = stored_terms(" ".join(["wetland", "duck"]))
+    second = stored_terms("".join(["duck ", "wetland"]))
+    assert first is not None and second is not None
+    assert first[0] is second[1] and first[1] is second[0]
