@@ -37,8 +37,8 @@ from ragrpc.store import schema as s
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
-from tests.reliability.conftest import check_invariants
 from tests.support.rpc_details import rpc_details
+from tests.support.store_invariants import check_invariants
 
 TENANT = "default"
 TEXT = " ".join(f"Sentence {i} says that the heron number {i} waits by the water." for i in range(160))

@@ -22,8 +22,8 @@ from ragrpc.config import Settings
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.paging import MAX_QUERY_WINDOW
 from ragrpc.testing import HashingEmbedder
-from tests.reliability.conftest import check_invariants
 from tests.support.milvus_server import start_milvus_lite
+from tests.support.store_invariants import check_invariants
 
 pytestmark = pytest.mark.reliability
 DOCUMENTS = MAX_QUERY_WINDOW + 3_616  # the 20,000 documents of the report that found 3,616 missing

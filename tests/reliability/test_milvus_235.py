@@ -30,9 +30,10 @@ from google.protobuf import field_mask_pb2, timestamp_pb2
 
 from ragrpc import errors
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
-from tests.reliability.conftest import ServiceProcess, check_invariants, free_port, print_table, service_env
+from tests.reliability.conftest import ServiceProcess, free_port, print_table, service_env
 from tests.support import hostile_inputs as hi
 from tests.support.milvus235 import Milvus235, milvus_server_executable
+from tests.support.store_invariants import check_invariants
 
 REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -20,8 +20,9 @@ import grpc
 import pytest
 
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
-from tests.reliability.conftest import RealStack, check_invariants, health, latency_summary, rss_kib
+from tests.reliability.conftest import RealStack, health, latency_summary, rss_kib
 from tests.support import hostile_inputs as hi
+from tests.support.store_invariants import check_invariants
 
 ASK_STREAMS = 16
 RSS_GROWTH_LIMIT = 0.30  # after warm-up
