@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest_service.filing_facts import DOCUMENT_TYPES, FilingFacts, extract_filing_facts, meaningful_title
+from ingest_service.filing_facts import DOCUMENT_TYPES, FilingFacts, extract_filing_facts
 
 AMAZON_10K = """UNITED STATES
 SECURITIES AND EXCHANGE COMMISSION
@@ -310,80 +309,6 @@ def test_invoice() -> None:
     assert (facts.document_type, facts.organization, facts.fiscal_period) == ("invoice", "Acme Widgets LLC", "")
 
 
-@pytest.mark.parametrize(
-    ("phrase", "period"),
-    [
-        ("Microsoft reports results for the first quarter of fiscal 2019", "2019-Q1"),
-        ("Q1 FY19 earnings", "2019-Q1"),
-        ("FY2019 Q3 results", "2019-Q3"),
-        ("Cisco Reports fiscal 2019 first quarter results", "2019-Q1"),
-        ("Intel reports second-quarter 2018 results", "2018-Q2"),
-        ("Walmart reports Q4'18 results", "2018-Q4"),
-        ("Company reports results for its second quarter ended July 1, 2018", "2018-Q2"),
-        ("Company reports results for its first quarter ended April 1, 2018", "2018-Q1"),
-        ("Walmart reports results for its fourth quarter ended January 31, 2018", "2018-Q4"),
-        ("Results for its fourth quarter ended January 1, 2017", "2016-Q4"),
-    ],
-)
-def test_stated_quarters(phrase: str, period: str) -> None:
-    assert extract_filing_facts(phrase).fiscal_period == period
-
-
-@pytest.mark.parametrize(
-    ("ended", "period", "end"),
-    [
-        ("March 31, 2018", "2018-Q1", "2018-03-31"),
-        ("JUNE 30, 2018", "2018-Q2", "2018-06-30"),
-        ("Sep. 29, 2018", "2018-Q3", "2018-09-29"),
-        ("December 30, 2017", "2017-Q4", "2017-12-30"),  # Apple's fiscal Q1 2018: calendar naming
-        ("April 1, 2018", "2018-Q1", "2018-04-01"),  # a 13-week quarter that ends a day late
-        ("January 31, 2018", "2017-Q4", "2018-01-31"),  # November to January is mostly calendar Q4
-        ("30 June 2018", "2018-Q2", "2018-06-30"),
-        ("2018-06-30", "2018-Q2", "2018-06-30"),
-        ("February 30, 2018", "", ""),  # no such date
-    ],
-)
-def test_quarterly_period_dates(ended: str, period: str, end: str) -> None:
-    facts = extract_filing_facts(f"FORM 10-Q\nFor the quarterly period ended {ended}\n")
-    assert (facts.fiscal_period, facts.period_end) == (period, end)
-
-
-@pytest.mark.parametrize(
-    ("ended", "period"),
-    [
-        ("Dec. 31, 2017", "FY2017"),
-        ("January 1, 2017", "FY2016"),
-        ("January 31, 2018", "FY2018"),
-        ("2017-12-31", "FY2017"),
-    ],
-)
-def test_fiscal_year_dates(ended: str, period: str) -> None:
-    assert extract_filing_facts(f"FORM 10-K\nFor the fiscal year ended {ended}").fiscal_period == period
-
-
-@pytest.mark.parametrize(
-    ("text", "kind"),
-    [
-        ("UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K/A\n(Amendment No. 1)", "10-K"),
-        ("Washington, D.C. 20549 FORM 10-Q (Mark One) ☒ QUARTERLY REPORT", "10-Q"),
-        ("SECURITIES AND EXCHANGE COMMISSION\nForm 8-K\nCURRENT REPORT", "8-K"),
-        ("FORM 10-\nK\nANNUAL REPORT", "10-K"),  # the form number broken over two lines
-        ("Dear shareholders,\nplease read our Annual Report on Form 10-K and our Form 10-Q filings.", ""),
-        ("Quarterly Report\nfor the three months ended 30 June 2018", "quarterly report"),
-        ("PRESS RELEASE\nAcme Corp. Reports Record Second-Quarter Revenue\n", "earnings release"),
-        ("Invoice #2018-0042\nDate: 2018-03-05\nTotal due: $1,200.00", "invoice"),
-        ("We thank the reviewers. The invoice was paid late, says the annual report of the committee.", ""),
-    ],
-)
-def test_document_types(text: str, kind: str) -> None:
-    assert extract_filing_facts(text).document_type == kind
-
-
-def test_hyphenation_and_spacing_inside_dates() -> None:
-    facts = extract_filing_facts("FORM 10-K\nFor the fiscal year ended Decem-\nber  31 ,\n2017\n")
-    assert (facts.fiscal_period, facts.period_end) == ("FY2017", "2017-12-31")
-
-
 def test_title_gives_type_and_period_when_text_does_not() -> None:
     facts = extract_filing_facts("Letter to shareholders.", title="Amazon.com Annual Report 2017")
     assert (facts.document_type, facts.fiscal_period) == ("annual report", "FY2017")
@@ -414,52 +339,6 @@ def test_all_caps_casing_rules() -> None:
     }
     for raw, expected in names.items():
         assert extract_filing_facts(cover.format(name=raw)).organization == expected, raw
-
-
-@pytest.mark.parametrize(
-    "title",
-    [
-        "",
-        "  ",
-        "ab",
-        "0001018724-18-000005",
-        "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
-        "d41d8cd98f00b204e9800998ecf8427e",
-        "2018-02-01",
-        "D:20180201103000Z",
-        "2018-02-01T10:00:00Z",
-        "December 31, 2017",
-        "12345",
-        "C:\\docs\\x.pdf",
-        "/home/me/reports/q4.pdf",
-        "report_final_v2.docx",
-        "report_final_v2",
-        "Microsoft Word - abc.docx",
-        "Microsoft Word - Annual Report",
-        "untitled",
-        "Untitled document",
-        "Document1",
-        "PowerPoint Presentation",
-        "Presentation1",
-        "--- ! ---",
-        "amzn-20171231x10k",
-    ],
-)
-def test_meaningless_titles(title: str) -> None:
-    assert not meaningful_title(title)
-
-
-@pytest.mark.parametrize(
-    "title", ["Amazon.com Annual Report 2017", "Attention Is All You Need", "COVID-19 Outlook", "Q4 2017 Results"]
-)
-def test_meaningful_titles(title: str) -> None:
-    assert meaningful_title(title)
-
-
-def test_title_equal_to_its_file_name_is_not_a_title() -> None:
-    assert not meaningful_title("Q4results", file_name="Q4results.pdf")
-    assert not meaningful_title("scan 0042.pdf", file_name="uploads/scan 0042.pdf")
-    assert meaningful_title("Annual Report 2017", file_name="Annual Report 2017.pdf")
 
 
 def test_empty_text() -> None:
