@@ -138,8 +138,7 @@ class Settings:
         128,
         "RAGRPC_EMBEDDING_CALL_SIZE",
         "Chunks gathered across concurrent documents into one model call (sorted by length, then run in forward "
-        "batches): larger calls pad less and let more documents finish, and write, together (256 was no faster "
-        "than 128 on 2 cores beyond the machine's noise)",
+        "batches): larger calls pad less and let more documents finish, and write, together",
     )
     embedding_streams: int = _setting(
         2,
