@@ -1,14 +1,12 @@
 """Tracing through the real query service over gRPC, recorded by the OpenTelemetry SDK's
 in-memory exporter: one RPC span per call (the caller's traceparent continued), each pipeline
-stage a child span of it with the attributes an operator needs; the default records nothing
-and imports no OpenTelemetry."""
+stage a child span of it with the attributes an operator needs. (The tracer alone, and the
+default that imports no OpenTelemetry: tests/unit/test_tracer.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ragrpc.config import Settings  # noqa: E402
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, ScoredChunk  # noqa: E402
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry  # noqa: E402
-from ragrpc.tracing import QUERY_STAGES, NoopTracer, OtelTracer, tracer_from_setting  # noqa: E402
+from ragrpc.tracing import QUERY_STAGES, OtelTracer  # noqa: E402
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc  # noqa: E402
 from tests.conftest import FakeStack  # noqa: E402
 from tests.support.chat_server import Behaviour, ChatServer  # noqa: E402
@@ -278,55 +276,6 @@ async def test_error_status_on_the_rpc_span_and_health_untraced(
     assert rpc.name == "/ragrpc.v1.RetrieveService/Retrieve"
     assert _attrs(rpc)["rpc.grpc.status_code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert f"{rpc.context.trace_id:032x}" == TRACE_ID
-
-
-def test_span_handle_naming_and_events(tracer: OtelTracer, exporter: InMemorySpanExporter) -> None:
-    with tracer.span("chunk", strategy="sentence", skipped=None, **{"gen_ai.request.model": "m"}) as span:
-        span.set(chunks=7, tokens=[3, 4])
-        span.event("oversized", chunk=2)
-    with pytest.raises(ValueError), tracer.span("write"):
-        raise ValueError("store down")
-    chunk, write = exporter.get_finished_spans()
-    assert dict(_attrs(chunk)) == {
-        "ragrpc.chunk.strategy": "sentence",
-        "gen_ai.request.model": "m",
-        "ragrpc.chunk.chunks": 7,
-        "ragrpc.chunk.tokens": (3, 4),
-    }
-    assert [(e.name, dict(_attrs(e))) for e in chunk.events] == [("oversized", {"chunk": 2})]
-    assert write.status.status_code == trace.StatusCode.ERROR
-
-
-def test_noop_tracer_and_the_setting() -> None:
-    noop = NoopTracer()
-    with noop.span("embed", texts=3) as first, noop.span("write") as second:
-        first.set(vectors=3)
-        first.event("retry", attempt=1)
-    assert first is second  # one shared handle
-    assert noop.server_interceptor() is None
-    assert isinstance(tracer_from_setting("off"), NoopTracer) and isinstance(tracer_from_setting(""), NoopTracer)
-    assert isinstance(tracer_from_setting("OTEL"), OtelTracer)
-    with pytest.raises(ValueError, match="RAGRPC_TRACING"):
-        tracer_from_setting("jaeger")
-
-
-def test_default_imports_no_opentelemetry() -> None:
-    code = (
-        "import sys, dataclasses\n"
-        "from query_service.app import build_components\n"
-        "from ragrpc.server import host_service\n"
-        "from ragrpc.config import Settings\n"
-        "from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry\n"
-        "from ragrpc.tracing import NoopTracer\n"
-        "settings = dataclasses.replace(Settings(), sparse_backend='none')\n"
-        "c = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), InMemoryDocumentRegistry())\n"
-        "assert isinstance(c.tracer, NoopTracer)\n"
-        "c.executor.shutdown()\n"
-        "loaded = sorted(m for m in sys.modules if m.startswith('opentelemetry'))\n"
-        "assert not loaded, loaded\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
 
 
 async def test_a_cancelled_ask_ends_its_spans(

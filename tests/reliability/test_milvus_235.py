@@ -16,11 +16,10 @@ its whole process group is killed at the end.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from ragrpc import errors
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import ServiceProcess, free_port, print_table, service_env
 from tests.support import hostile_inputs as hi
+from tests.support.async_calls import eventually, retrieve_chunks, upload_document
 from tests.support.milvus235 import Milvus235, milvus_server_executable
 from tests.support.store_invariants import check_invariants
 
@@ -52,24 +52,6 @@ def milvus235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Milvus235]:
         server.stop()
 
 
-async def _upload(stub: ingest_pb2_grpc.IngestServiceStub, content: bytes, **spec: Any) -> ingest_pb2.Document:
-    async def messages():  # type: ignore[no-untyped-def]
-        yield ingest_pb2.UploadDocumentRequest(header=ingest_pb2.DocumentSpec(**spec))
-        yield ingest_pb2.UploadDocumentRequest(data=content)
-
-    return (await stub.UploadDocument(messages(), timeout=120)).document
-
-
-async def _retrieve(stub: retrieve_pb2_grpc.RetrieveServiceStub, query: str, **options: Any) -> tuple[list[Any], Any]:
-    responses = [
-        r
-        async for r in stub.Retrieve(
-            retrieve_pb2.RetrieveRequest(query=query, options=retrieve_pb2.RetrievalOptions(**options)), timeout=60
-        )
-    ]
-    return [r.chunk for r in responses if r.HasField("chunk")], responses[-1].summary
-
-
 HERONS = (
     b"# Herons\n\nGrey herons stand still in shallow water and spear fish with their bills.\n\n"
     b"## Nesting\n\nHerons nest in colonies called heronries, high in tall trees near lakes.\n"
@@ -84,16 +66,6 @@ QUOTED_SOURCE = 'C:\\notes\\birds "grey" heron\'s.md'  # backslashes, double and
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def _eventually(read: Callable[[], Awaitable[Any]], expected: Any, timeout_s: float = 10.0) -> Any:
-    """The first value of `read()` equal to `expected`, trying every 100 ms; the last value after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    value = await read()
-    while value != expected and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        value = await read()
-    return value
-
-
 async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
     from ingest_service.app import build_components as build_ingest
     from ingest_service.app import start_ingest_server
@@ -144,7 +116,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
         ):
             ingest_stub = ingest_pb2_grpc.IngestServiceStub(ingest_channel)
             query_stub = retrieve_pb2_grpc.RetrieveServiceStub(query_channel)
-            herons = await _upload(
+            herons = await upload_document(
                 ingest_stub,
                 HERONS,
                 file_name="herons.md",
@@ -153,15 +125,15 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
                 tags=["birds", 'quote"tag', "back\\slash"],
                 metadata={"k": 'v "x"'},
             )
-            await _upload(ingest_stub, STOCKS, file_name="stocks.txt", document_id="stocks", tags=["finance"])
-            await _upload(
+            await upload_document(ingest_stub, STOCKS, file_name="stocks.txt", document_id="stocks", tags=["finance"])
+            await upload_document(
                 ingest_stub,
                 hi.minimal_pdf(["Kingfishers dive from branches into clear streams."] * 3),
                 file_name="kingfisher.pdf",
                 document_id="kingfisher",
                 tags=["birds"],
             )
-            await _upload(
+            await upload_document(
                 ingest_stub,
                 hi.small_docx("Cormorants dry their wings on rocks after diving."),
                 file_name="cormorant.docx",
@@ -172,13 +144,17 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             rows.append(("ingest md/txt/pdf/docx", "4 documents ACTIVE"))
 
             async def top(query_text: str, **options: Any) -> list[str]:
-                chunks, _ = await _retrieve(query_stub, query_text, **options)
+                chunks, _ = await retrieve_chunks(query_stub, query_text, **options)
                 return [c.chunk.document_id for c in chunks]
 
-            dense, summary = await _retrieve(query_stub, "where do herons nest", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE)
+            dense, summary = await retrieve_chunks(
+                query_stub, "where do herons nest", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE
+            )
             assert dense and dense[0].chunk.document_id == "herons" and summary.dense_candidates > 0
             rows.append(("dense (HNSW, COSINE)", f"top hit herons, score {dense[0].score:.3f}"))
-            sparse, summary = await _retrieve(query_stub, "heronries colonies", mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE)
+            sparse, summary = await retrieve_chunks(
+                query_stub, "heronries colonies", mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE
+            )
             assert sparse and sparse[0].chunk.document_id == "herons" and summary.sparse_backend == "rank_bm25"
             stored = [
                 c
@@ -187,7 +163,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             ]
             assert stored and all(c.bm25_terms and "heron" in c.bm25_terms for c in stored)
             rows.append(("sparse (rank_bm25)", f"top hit herons, backend {summary.sparse_backend}"))
-            hybrid, summary = await _retrieve(query_stub, "interest rates stock market")
+            hybrid, summary = await retrieve_chunks(query_stub, "interest rates stock market")
             assert hybrid and hybrid[0].chunk.document_id == "stocks"
             rows.append(
                 (
@@ -215,7 +191,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             assert await top("birds", filter=retrieve_pb2.MetadataFilter(document_time_after=future)) == []
             rows.append(("filters", "source with \\ \" ', tags ARRAY (quote, backslash), ids, media type, date"))
 
-            replaced = await _upload(
+            replaced = await upload_document(
                 ingest_stub,
                 HERONS_V2,
                 file_name="herons.md",
@@ -225,7 +201,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             )
 
             async def heron_texts() -> list[str]:
-                hits, _ = await _retrieve(
+                hits, _ = await retrieve_chunks(
                     query_stub, "herons", top_k=20, filter=retrieve_pb2.MetadataFilter(document_ids=["herons"])
                 )
                 return [c.chunk.text for c in hits]
@@ -235,7 +211,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
                 return bool(texts) and all("heronries" not in t for t in texts) and any("voles" in t for t in texts)
 
             # queries show the old version until the query service's follower polls (never a mix of both)
-            assert await _eventually(new_version_shown, True), await heron_texts()
+            assert await eventually(new_version_shown, True), await heron_texts()
             record = stores.registry.get("default", "herons")
             assert record is not None
 
@@ -243,7 +219,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
                 return {c.generation for c in stores.chunks.query_chunks(f.eq(s.DOCUMENT_ID, "herons"), 100)}
 
             # the old generation's delete reaches this Session-consistent read a time tick later
-            generations = await _eventually(stored_generations, {record.generation})
+            generations = await eventually(stored_generations, {record.generation})
             assert record is not None and generations == {record.generation}, (generations, record)
             rows.append(("replacement", f"{replaced.chunk_count} new chunks, one generation stored"))
 
@@ -254,7 +230,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
             async def stocks_hits() -> list[str]:
                 return await top("market", filter=retrieve_pb2.MetadataFilter(document_ids=["stocks"]))
 
-            assert await _eventually(stocks_hits, []) == []  # gone once the query service's follower polls
+            assert await eventually(stocks_hits, []) == []  # gone once the query service's follower polls
             assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "stocks")) == 0
             with pytest.raises(grpc.aio.AioRpcError) as missing:
                 await ingest_stub.GetDocument(ingest_pb2.GetDocumentRequest(document_id="stocks"), timeout=30)
@@ -356,7 +332,7 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
             text = " ".join(
                 f"Kingfisher note {n}: kingfishers dive from branches into clear streams." for n in range(40)
             )
-            uploaded = await _upload(
+            uploaded = await upload_document(
                 ingest_stub,
                 text.encode(),
                 file_name="kingfisher.txt",
@@ -367,7 +343,7 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
                 ),
             )
             assert uploaded.chunk_count >= 10, uploaded.chunk_count  # many chunk ids: no lucky routing
-            before = sorted({c.chunk.document_id for c in (await _retrieve(query_stub, "kingfishers"))[0]})
+            before = sorted({c.chunk.document_id for c in (await retrieve_chunks(query_stub, "kingfishers"))[0]})
             await ingest_stub.UpdateDocument(
                 ingest_pb2.UpdateDocumentRequest(
                     document=ingest_pb2.Document(document_id="kingfisher", tags=["birds", "retagged"]),
@@ -378,12 +354,14 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
             after = sorted(
                 {
                     c.chunk.document_id
-                    for c in (await _retrieve(query_stub, "kingfishers", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE))[0]
+                    for c in (await retrieve_chunks(query_stub, "kingfishers", mode=retrieve_pb2.RETRIEVAL_MODE_DENSE))[
+                        0
+                    ]
                 }
             )
 
             async def retagged() -> list[str]:
-                hits, _ = await _retrieve(
+                hits, _ = await retrieve_chunks(
                     query_stub,
                     "kingfishers",
                     mode=retrieve_pb2.RETRIEVAL_MODE_DENSE,
@@ -393,7 +371,7 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
 
             # The chunks collection is Session-consistent: the query service's search sees the rewritten
             # chunks a time tick after the ingest service wrote them (a bounded wait, not a retry of failures).
-            tagged = await _eventually(retagged, ["kingfisher"])
+            tagged = await eventually(retagged, ["kingfisher"])
     finally:
         await ingest_server.stop(0)
         await query_server.stop(0)

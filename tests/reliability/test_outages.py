@@ -24,80 +24,10 @@ from tests.reliability.conftest import RealStack, health, latency_summary, print
 from tests.reliability.hostile_cases import needs_corpus
 from tests.support import hostile_inputs as hi
 from tests.support.chat_server import Behaviour, ChatServer
-from tests.support.rpc_details import rpc_details
+from tests.support.outage_probes import QueryLoad, call_outcome, get_document, retrieve_once, wait_until_ok
 from tests.support.store_invariants import check_invariants
 
 # --- the vector store goes away -------------------------------------------------------------------
-
-
-def _call_outcome(fn: Any) -> tuple[str, float, bool]:
-    """(code name, seconds, RetryInfo present) of one call."""
-    started = time.monotonic()
-    try:
-        fn()
-        return "OK", time.monotonic() - started, False
-    except grpc.RpcError as exc:
-        seconds = time.monotonic() - started
-        return exc.code().name, seconds, "RetryInfo" in rpc_details(exc)  # type: ignore[attr-defined]
-
-
-def _retrieve_once(address: str, timeout_s: float = 60.0) -> None:
-    with grpc.insecure_channel(address) as channel:
-        responses = list(
-            retrieve_pb2_grpc.RetrieveServiceStub(channel).Retrieve(
-                retrieve_pb2.RetrieveRequest(query="where do mallards live?"), timeout=timeout_s
-            )
-        )
-    assert responses and responses[-1].HasField("summary")
-
-
-def _get_document(address: str, document_id: str) -> ingest_pb2.Document:
-    with grpc.insecure_channel(address) as channel:
-        return (
-            ingest_pb2_grpc.IngestServiceStub(channel)
-            .GetDocument(ingest_pb2.GetDocumentRequest(document_id=document_id), timeout=30)
-            .document
-        )
-
-
-def _wait_until_ok(fn: Any, timeout_s: float) -> float:
-    started = time.monotonic()
-    last = ""
-    while time.monotonic() - started < timeout_s:
-        code, _, _ = _call_outcome(fn)
-        if code == "OK":
-            return time.monotonic() - started
-        last = code
-        time.sleep(0.5)
-    raise AssertionError(f"not recovered after {timeout_s:.0f}s (last outcome {last})")
-
-
-class _QueryLoad:
-    """Threads calling Retrieve in a loop, recording (time, code, seconds, RetryInfo)."""
-
-    def __init__(self, address: str, threads: int = 3) -> None:
-        self.address = address
-        self.stop = threading.Event()
-        self.results: list[tuple[float, str, float, bool]] = []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            code, seconds, retry = _call_outcome(lambda: _retrieve_once(self.address, 60.0))
-            with self.lock:
-                self.results.append((time.monotonic(), code, seconds, retry))
-            time.sleep(0.05)
-
-    def __enter__(self) -> _QueryLoad:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(120)
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +67,11 @@ def test_milvus_outage_during_queries_and_ingestion(outage_stack: RealStack) -> 
     assert stack.ingest is not None and stack.query is not None and stack.milvus is not None
     pids = (stack.ingest.pid, stack.query.pid)
     upload(stack.ingest.address, ingest_pb2.DocumentSpec(file_name="ducks.md", document_id="ducks"), DUCKS)
-    _retrieve_once(stack.query.address)
+    retrieve_once(stack.query.address)
     problems: list[str] = []
 
     # 1. the server stops while queries run
-    with _QueryLoad(stack.query.address) as load:
+    with QueryLoad(stack.query.address) as load:
         time.sleep(1.5)
         stopped_at = time.monotonic()
         stack.milvus.stop()
@@ -158,7 +88,7 @@ def test_milvus_outage_during_queries_and_ingestion(outage_stack: RealStack) -> 
     ]
 
     # 2. ingestion while it is down
-    code, seconds, retry = _call_outcome(
+    code, seconds, retry = call_outcome(
         lambda: upload(
             stack.ingest.address,
             ingest_pb2.DocumentSpec(file_name="geese.md", document_id="geese"),
@@ -173,8 +103,8 @@ def test_milvus_outage_during_queries_and_ingestion(outage_stack: RealStack) -> 
 
     # 3. restart on the same port and data: both services recover by themselves
     stack.milvus.start()
-    query_back = _wait_until_ok(lambda: _retrieve_once(stack.query.address, 30), 120)
-    ingest_back = _wait_until_ok(
+    query_back = wait_until_ok(lambda: retrieve_once(stack.query.address, 30), 120)
+    ingest_back = wait_until_ok(
         lambda: upload(
             stack.ingest.address,
             ingest_pb2.DocumentSpec(file_name="geese.md", document_id="geese"),
@@ -211,7 +141,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     from ragrpc.store import filters as f
     from ragrpc.store import schema as s
 
-    _wait_until_ok(
+    wait_until_ok(
         lambda: upload(
             stack.ingest.address,
             ingest_pb2.DocumentSpec(file_name="ducks.md", document_id="ducks"),
@@ -228,7 +158,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     result: dict[str, Any] = {}
 
     def ingest_big() -> None:
-        result["outcome"] = _call_outcome(
+        result["outcome"] = call_outcome(
             lambda: upload(
                 stack.ingest.address,
                 ingest_pb2.DocumentSpec(file_name=big.path.name, document_id=document_id),
@@ -255,8 +185,8 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     assert still_running and written, "the upload finished before the store stopped; nothing was tested"
     assert code == "UNAVAILABLE" and retry, (code, retry)
     stack.milvus.start()
-    query_back = _wait_until_ok(lambda: _retrieve_once(stack.query.address, 30), 120)
-    ingest_back = _wait_until_ok(lambda: _get_document(stack.ingest.address, "ducks"), 120)
+    query_back = wait_until_ok(lambda: retrieve_once(stack.query.address, 30), 120)
+    ingest_back = wait_until_ok(lambda: get_document(stack.ingest.address, "ducks"), 120)
     left = check_invariants(stores.chunks, stores.registry)
     print(
         f"store back: queries OK after {query_back:.1f}s, ingest calls after {ingest_back:.1f}s; what the "
@@ -265,7 +195,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     states = []
     waited = time.monotonic()
     while time.monotonic() - waited < 30:
-        states.append(ingest_pb2.DocumentState.Name(_get_document(stack.ingest.address, document_id).state))
+        states.append(ingest_pb2.DocumentState.Name(get_document(stack.ingest.address, document_id).state))
         if states[-1] != "DOCUMENT_STATE_PROCESSING":
             break
         time.sleep(2.0)
@@ -384,8 +314,8 @@ def test_llm_dies_mid_stream_real_query_service(outage_stack: RealStack, chat: C
     stack = outage_stack
     assert stack.ingest is not None and stack.query is not None
     chat.set_behaviour("dying-model", Behaviour.die(after_tokens=4))
-    _wait_until_ok(lambda: _retrieve_once(stack.query.address, 30), 120)  # after the outage test, if it ran
-    _wait_until_ok(
+    wait_until_ok(lambda: retrieve_once(stack.query.address, 30), 120)  # after the outage test, if it ran
+    wait_until_ok(
         lambda: upload(stack.ingest.address, ingest_pb2.DocumentSpec(file_name="ducks.md", document_id="ducks"), DUCKS),
         120,
     )
