@@ -112,7 +112,10 @@ class ChunkIndexSync:
 
     def _scan(self, expr: f.FilterExpr) -> Iterator[list[ChunkRecord]]:
         return self._chunks.scan_chunks(
-            expr, with_vectors=self._dense is not None, with_bm25_terms=self._index is not None
+            expr,
+            with_vectors=self._dense is not None,
+            with_bm25_terms=self._index is not None,
+            index_fields_only=True,  # a chunk that comes with its stored terms needs no text here
         )
 
     def load_chunks(self) -> int:

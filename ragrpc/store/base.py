@@ -58,9 +58,12 @@ class ChunkStore(Protocol):
         batch_size: int | None = None,
         with_vectors: bool = False,
         with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
         """Every matching chunk, in pages (the store's page size unless batch_size), in chunk-id order;
-        with_bm25_terms: with `bm25_terms` where the store keeps each chunk's analysed terms (else None)."""
+        with_bm25_terms: with `bm25_terms` where the store keeps each chunk's analysed terms (else None);
+        index_fields_only (with with_bm25_terms): a chunk that comes with its terms comes without the
+        fields no in-process index keeps (schema.NOT_INDEXED_FIELDS, left empty), which are not read."""
         ...
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

@@ -77,19 +77,19 @@ def row_to_chunk(row: dict[str, Any]) -> ChunkRecord:
         tenant=entity[s.TENANT],
         collection=entity[s.COLLECTION],
         generation=entity[s.GENERATION],
-        text=entity[s.TEXT],
+        text=entity.get(s.TEXT, ""),  # absent from scans for an index (scan_chunks' index_fields_only)
         vector=list(vector) if vector is not None else [],
         chunk_index=int(entity[s.CHUNK_INDEX]),
         chunker=entity[s.CHUNKER],
         source=entity[s.SOURCE],
-        title=entity[s.TITLE],
+        title=entity.get(s.TITLE, ""),
         media_type=entity[s.MEDIA_TYPE],
         page_start=int(entity[s.PAGE_START]),
         page_end=int(entity[s.PAGE_END]),
         section_path=tuple(section.split(s.SECTION_SEPARATOR)) if section else (),
         kind=ChunkKind(int(entity[s.KIND])),
         parent_id=entity[s.PARENT_ID],
-        content_hash=entity[s.CONTENT_HASH],
+        content_hash=entity.get(s.CONTENT_HASH, ""),
         tags=tuple(entity.get(s.TAGS) or ()),
         doc_date=int(entity[s.DOC_DATE]),
         created_at=int(entity[s.CREATED_AT]),
@@ -191,12 +191,15 @@ class MilvusChunkStore:
         batch_size: int | None = None,
         with_vectors: bool = False,
         with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
         """All chunks matching expr, in pages of the store's page size (or batch_size), in chunk-id order.
         with_bm25_terms: each chunk's stored BM25 terms (`ChunkRecord.bm25_terms`) where the collection
-        keeps them (chunks schema 2)."""
+        keeps them (chunks schema 2); index_fields_only: then without schema.NOT_INDEXED_FIELDS."""
         terms = with_bm25_terms and self._setup.bm25_analysed
-        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else []) + ([s.BM25_TEXT] if terms else [])
+        skipped = s.NOT_INDEXED_FIELDS if terms and index_fields_only else ()
+        fields = [name for name in s.CHUNK_OUTPUT_FIELDS if name not in skipped]
+        fields += ([s.DENSE] if with_vectors else []) + ([s.BM25_TEXT] if terms else [])
         for rows in scan_rows(
             self._conn,
             self._names.chunks,

@@ -93,6 +93,10 @@ CHUNK_OUTPUT_FIELDS = [
     METADATA,
 ]
 
+# What a scan for the in-process indexes leaves unread where the store keeps each chunk's analysed
+# terms (scan_chunks(index_fields_only=True)): the index holds none of them, and the text is most of a row.
+NOT_INDEXED_FIELDS = (TEXT, TITLE, SECTION_PATH, CONTENT_HASH)
+
 # What a search reads of each candidate (identity and visibility); the rows of the hits that
 # survive fusion are read afterwards, by id.
 HIT_FIELDS = [CHUNK_ID, TENANT, COLLECTION, DOCUMENT_ID, GENERATION, CHUNK_INDEX, CHUNKER, KIND]

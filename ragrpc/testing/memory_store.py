@@ -139,6 +139,7 @@ class InMemoryChunkStore:
         batch_size: int | None = None,
         with_vectors: bool = False,
         with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
     ) -> Iterator[list[ChunkRecord]]:
         found = sorted(self._matching(expr), key=lambda c: c.chunk_id)
         for page in _pages(found, checked_page_size(batch_size or self.page_size)):
@@ -148,6 +149,8 @@ class InMemoryChunkStore:
                     for chunk in copies:
                         field = self._terms.get(chunk.chunk_id)
                         chunk.bm25_terms = stored_terms(field) if field is not None else None
+                        if index_fields_only and field is not None:
+                            _without_unindexed_fields(chunk)
             yield copies if with_vectors else [_without_vector(c) for c in copies]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:
@@ -174,6 +177,12 @@ class InMemoryChunkStore:
 def _without_vector(chunk: ChunkRecord) -> ChunkRecord:
     chunk.vector = []
     return chunk
+
+
+def _without_unindexed_fields(chunk: ChunkRecord) -> None:
+    """As the Milvus adapter returns a chunk whose schema.NOT_INDEXED_FIELDS it did not read."""
+    chunk.text = chunk.title = chunk.content_hash = ""
+    chunk.section_path = ()
 
 
 class InMemoryDocumentRegistry:

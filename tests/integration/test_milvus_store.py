@@ -267,3 +267,5 @@ def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_setti
     assert stores.chunks.search_bm25("duck", tenant, 5) == []  # Milvus' standard analyzer: no stems
     # no stored terms: the rank_bm25 index analyses the text itself
     assert [c.bm25_terms for page in stores.chunks.scan_chunks(tenant, with_bm25_terms=True) for c in page] == [None]
+    index_scan = stores.chunks.scan_chunks(tenant, with_bm25_terms=True, index_fields_only=True)
+    assert [c.text for page in index_scan for c in page] == ["Ducks swim on ponds."]  # the text to analyse

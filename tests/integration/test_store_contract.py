@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from ragrpc import errors
+from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
+from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.paging import MAX_QUERY_WINDOW
 from ragrpc.store.request_filter import filter_from_request
@@ -37,7 +39,9 @@ class Stores:
 @pytest.fixture(params=["memory", pytest.param("milvus-lite", marks=pytest.mark.slow)])
 def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
     if request.param == "memory":
-        yield Stores(InMemoryChunkStore(page_size=PAGE), InMemoryDocumentRegistry(page_size=PAGE))
+        # it keeps each chunk's analysed terms, as a collection of chunks schema 2 does
+        chunks = InMemoryChunkStore(page_size=PAGE, bm25_text=Bm25Text(EnglishAnalyzer()))
+        yield Stores(chunks, InMemoryDocumentRegistry(page_size=PAGE))
         return
     milvus_settings: Settings = request.getfixturevalue("milvus_settings")
     configured = dataclasses.replace(milvus_settings, store_page_size=PAGE, index_type="FLAT")
@@ -81,6 +85,31 @@ def test_scans_page_through_every_chunk_in_key_order(stores: Stores) -> None:
     with_vectors = [c for page in scanned for c in page]
     assert len(with_vectors) == len(chunks) and np.allclose(with_vectors[0].vector, chunks[0].vector, atol=1e-6)
     assert stores.chunks.count_chunks(f.eq(s.DOCUMENT_ID, "big")) == len(chunks)
+
+
+def test_a_scan_for_an_index_reads_the_terms_but_not_the_text(stores: Stores) -> None:
+    assert not set(s.NOT_INDEXED_FIELDS) & set(s.FILTERABLE_FIELDS)  # no filter tests what is not read
+    chunks = [
+        dataclasses.replace(
+            _chunk(i, text=f"Herons number {i} wade in the shallows"),
+            title="Field guide",
+            section_path=("Birds", "Herons"),
+            content_hash="sha-1",
+            tags=("birds",),
+        )
+        for i in range(2 * PAGE + 1)
+    ]
+    stores.chunks.insert_chunks(chunks)
+    expr = f.eq(s.DOCUMENT_ID, "big")
+    full = [c for page in stores.chunks.scan_chunks(expr, with_bm25_terms=True) for c in page]
+    lean = [c for page in stores.chunks.scan_chunks(expr, with_bm25_terms=True, index_fields_only=True) for c in page]
+    assert all(c.bm25_terms and "heron" in c.bm25_terms for c in lean)
+    assert all(c.text == c.title == c.content_hash == "" and c.section_path == () for c in lean)
+    blanked = [dataclasses.replace(c, text="", title="", content_hash="", section_path=()) for c in full]
+    assert lean == blanked and full[0].text.startswith("Herons number")
+    # without the terms, nothing is left out: the text is what an index would analyse
+    plain = [c for page in stores.chunks.scan_chunks(expr, index_fields_only=True) for c in page]
+    assert [c.text for c in plain] == [c.text for c in full] and all(c.bm25_terms is None for c in plain)
 
 
 def test_one_query_call_is_capped(stores: Stores) -> None:
