@@ -115,3 +115,27 @@ async def fake_stack(settings: Settings, fake_stores: FakeStack) -> AsyncIterato
     """Both services in-process over the same in-memory stores, each on its own port."""
     async with running_stack(settings, fake_stores) as stack:
         yield stack
+
+
+# --- tracing: spans recorded in memory by the OpenTelemetry SDK (imported only by tests that ask) ---
+
+
+@pytest.fixture
+def exporter() -> Any:
+    """The in-memory span exporter that `tracer` records into."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer(exporter: Any) -> Any:
+    """An OtelTracer whose finished spans go to `exporter`."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from ragrpc.tracing import OtelTracer
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return OtelTracer(provider)

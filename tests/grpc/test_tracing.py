@@ -17,8 +17,7 @@ import pytest
 # The `tracing` extra is part of `make install`: a missing package fails here, it is not skipped.
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from ragrpc.config import Settings  # noqa: E402
@@ -54,18 +53,6 @@ class ReversingReranker:
             for i, hit in enumerate(reversed(hits), start=1)
         ]
         return sorted(out, key=lambda h: -h.score)[:top_n]
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def tracer(exporter: InMemorySpanExporter) -> OtelTracer:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return OtelTracer(provider)
 
 
 def _seed(settings: Settings, stack: FakeStack) -> None:
