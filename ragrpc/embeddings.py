@@ -13,6 +13,9 @@ Backends (same model, same `model_id`, vectors equal within tolerance):
              AVX2-only one, SciFact nDCG@10 within 0.004 of torch, mean cosine 0.994-0.995 to fp32 (make bench, embed)
   onnx       ONNX Runtime, fp32 (exported the same way)
   torch      sentence-transformers on PyTorch, fp32 (this class's default)
+The ONNX backends embed through ragrpc.onnx_encoder (tokenizer, session, numpy pooling: one GIL
+release a forward batch instead of sentence-transformers' torch hand-overs), with `encode`'s
+batches and vectors; a model it does not reproduce embeds through `encode`.
 Streams: with `streams` > 1 the embedder loads that many model instances, each running on
 cores/streams threads, and spreads the forward batches of every call over them (texts sorted
 by length first, as sentence-transformers does). On a machine whose cores other work also
@@ -34,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragrpc.config import BUNDLED_MODEL, Settings
+from ragrpc.onnx_encoder import OnnxEncoder
 from ragrpc.onnx_export import cpu_quantization_config, default_onnx_cache_dir, prepare_onnx_model_isolated
 from ragrpc.openai_embeddings import PROVIDER as OPENAI_PROVIDER
 from ragrpc.openai_embeddings import openai_embedder_from_settings
@@ -129,6 +133,9 @@ class SentenceTransformerEmbedder:
         self._pool: ThreadPoolExecutor | None = None  # with streams > 1: one thread per model instance
         self._idle_models: list[Any] = []
         self._stream_model = threading.local()
+        # per model instance (id): the ONNX encode path without sentence-transformers' per-call
+        # torch machinery (ragrpc.onnx_encoder), or None where it does not reproduce the model
+        self._direct: dict[int, OnnxEncoder | None] = {}
 
     @property
     def backend(self) -> str:
@@ -185,6 +192,8 @@ class SentenceTransformerEmbedder:
                 model = SentenceTransformer(path, **kwargs)
                 model.encode(["warm up"], batch_size=1)
                 models.append(model)
+                if self._backend != "torch":
+                    self._direct[id(model)] = OnnxEncoder.of(model)
             if self._streams > 1:
                 self._idle_models = list(models)
                 self._pool = ThreadPoolExecutor(
@@ -241,6 +250,9 @@ class SentenceTransformerEmbedder:
         return self._encode(self._stream_model.model, texts)
 
     def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
+        direct = self._direct.get(id(model))
+        if direct is not None:
+            return direct.encode(texts, self._batch_size)
         vectors = model.encode(
             texts,
             batch_size=self._batch_size,

@@ -1,0 +1,112 @@
+"""The ONNX backends' encode path without sentence-transformers' per-call machinery.
+
+`SentenceTransformer.encode` on an ONNX model runs, per forward batch: the transformers tokenizer
+call, torch tensors handed to optimum and back, then mean pooling and normalisation as torch
+operators. Each torch operator and each hand-over releases and takes back the GIL; on two cores
+shared with the query service's BM25 scoring (Python and small numpy operations, which hold the
+GIL), every take-back waits up to the interpreter's switch interval (5 ms). Measured on this
+project's 2-core machine: one query embedding 5.3 ms through sentence-transformers and 4.1 ms here
+alone, 56 and 15 ms beside a thread running Python.
+
+`OnnxEncoder` does the same computation with one GIL release per forward batch (the ONNX Runtime
+call): the model's Rust tokenizer (a private copy, truncation and padding set once), the session,
+then mean pooling over the attention mask and L2 normalisation in numpy. Texts are ordered and
+batched exactly as `encode` orders them, so the batches (and with dynamically quantised int8
+weights, whose activation scales depend on the whole batch, the vectors) are the same.
+
+`OnnxEncoder.of(model)` returns None for any model it does not reproduce (another pooling, a
+lower-casing module, a slow tokenizer, other session inputs); the caller then uses `encode`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+_OUTPUT = "last_hidden_state"
+
+
+class OnnxEncoder:
+    """Mean-pooled, L2-normalised sentence embeddings from an ONNX feature-extraction session."""
+
+    def __init__(self, session: Any, tokenizer: Any, input_names: list[str]) -> None:
+        """`tokenizer`: a `tokenizers.Tokenizer` with truncation and padding already set (owned here)."""
+        self._session = session
+        self._tokenizer = tokenizer
+        self._inputs = input_names
+
+    @classmethod
+    def of(cls, model: Any) -> OnnxEncoder | None:
+        """The encoder for a loaded SentenceTransformer whose modules are an ONNX Transformer, mean
+        Pooling and (optionally) Normalize; None when the model is anything else."""
+        why = _unsupported(model)
+        if why:
+            logger.info("embedding through sentence-transformers' encode: %s", why)
+            return None
+        from tokenizers import Tokenizer
+
+        transformer = model[0]
+        session = transformer.model.model
+        hf_tokenizer = model.tokenizer
+        tokenizer = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
+        tokenizer.enable_truncation(max_length=int(model.max_seq_length), strategy="longest_first")
+        tokenizer.enable_padding(pad_id=int(hf_tokenizer.pad_token_id), pad_token=str(hf_tokenizer.pad_token))
+        return cls(session, tokenizer, [i.name for i in session.get_inputs()])
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Vectors of `texts` (float32, unit length), in their order; longest first in forward batches
+        of `batch_size`, as sentence-transformers batches one call."""
+        order = np.argsort([-len(text) for text in texts])  # encode's ordering, ties included
+        parts = [
+            self._forward([texts[i] for i in order[start : start + batch_size]])
+            for start in range(0, len(texts), batch_size)
+        ]
+        vectors = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+        vectors[order] = np.concatenate(parts)
+        return vectors
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        (hidden,) = self._session.run([_OUTPUT], feed)
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return (pooled / norms).astype(np.float32, copy=False)
+
+
+def _unsupported(model: Any) -> str:
+    """Why `model` is not one this encoder reproduces ("" when it is)."""
+    modules = list(model)
+    names = [type(module).__name__ for module in modules]
+    if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return f"modules {names}"
+    transformer, pooling = modules[0], modules[1]
+    if getattr(transformer, "backend", None) != "onnx":
+        return f"backend {getattr(transformer, 'backend', None)!r}"
+    if getattr(transformer, "do_lower_case", False):
+        return "the Transformer module lower-cases its input"
+    config = pooling.get_config_dict() if hasattr(pooling, "get_config_dict") else {}
+    if config.get("pooling_mode") != "mean":
+        return f"pooling {config.get('pooling_mode')!r}"
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token_id is None:
+        return "no fast tokenizer with a padding token"
+    session = getattr(getattr(transformer, "model", None), "model", None)
+    if session is None or not hasattr(session, "get_inputs"):
+        return "no ONNX Runtime session"
+    inputs = {i.name for i in session.get_inputs()}
+    if not {"input_ids", "attention_mask"} <= inputs <= _KNOWN_INPUTS:
+        return f"session inputs {sorted(inputs)}"
+    if _OUTPUT not in {o.name for o in session.get_outputs()}:
+        return f"no {_OUTPUT} output"
+    return ""
