@@ -109,10 +109,12 @@ class SentenceTransformerEmbedder:
         quantization: str | None = None,
         streams: int = 1,
         threads: int = 0,
+        onnx_encoder: bool = True,
     ) -> None:
         """`threads`: intra-op threads of each stream's ONNX session (0: the cores divided among the
         streams; with one stream, ONNX Runtime's own default). Torch's pool is per process and only
-        limited when streams > 1."""
+        limited when streams > 1. `onnx_encoder`: the ONNX backends embed through ragrpc.onnx_encoder
+        (False: through sentence-transformers' `encode`, the same vectors; the bench compares them)."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}; use one of {', '.join(BACKENDS)}")
         if streams < 1:
@@ -128,6 +130,7 @@ class SentenceTransformerEmbedder:
         self._quantization = quantization
         self._streams = streams
         self._threads = threads
+        self._onnx_encoder = onnx_encoder
         self._model: Any = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # with streams > 1: one thread per model instance
@@ -192,7 +195,7 @@ class SentenceTransformerEmbedder:
                 model = SentenceTransformer(path, **kwargs)
                 model.encode(["warm up"], batch_size=1)
                 models.append(model)
-                if self._backend != "torch":
+                if self._backend != "torch" and self._onnx_encoder:
                     self._direct[id(model)] = OnnxEncoder.of(model)
             if self._streams > 1:
                 self._idle_models = list(models)

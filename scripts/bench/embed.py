@@ -10,6 +10,9 @@ slow baseline.
 Quality: nDCG@10 on SciFact train with brute-force numpy retrieval over each backend's
 embeddings of the whole corpus (cached under .bench/cache/ between runs), and the mean
 cosine of each backend's vectors to torch fp32 on the sample.
+Query embedding: one claim's embedding as the query service makes it, through sentence-transformers'
+`encode` and through ragrpc.onnx_encoder, alone and beside a thread running Python
+(scripts/bench/query_embedding.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ragrpc.embeddings import SentenceTransformerEmbedder, available_cores
 from ragrpc.evaluation import BeirDataset, evaluate
 from ragrpc.onnx_export import cpu_quantization_config, quantized_file_name
 from scripts.bench.common import BenchConfig, SectionResult, load_scifact, ratio
+from scripts.bench.query_embedding import add_rows as add_query_embedding_rows
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 BATCH_SIZES = (8, 32)
@@ -187,6 +191,7 @@ def run(config: BenchConfig) -> SectionResult:
         "(title + text), truncated by the model at 256 tokens, no chunking; exact numpy top-100"
         + (" (a judged subset, not comparable to published numbers)" if config.ndcg_docs else "")
     )
+    add_query_embedding_rows(result, config)
     return result
 
 

@@ -111,3 +111,13 @@ def test_models_it_does_not_reproduce_use_encode(monkeypatch: pytest.MonkeyPatch
     torch_model = _embedder("torch", monkeypatch)
     assert OnnxEncoder.of(torch_model._model) is None
     assert torch_model._direct == {}  # the torch backend embeds through encode
+
+
+def test_the_encode_path_stays_selectable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnx_encoder=False embeds through sentence-transformers' encode (the bench's comparison): same vectors."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    through_encode = SentenceTransformerEmbedder(backend="onnx-int8", threads=1, onnx_encoder=False)
+    through_encode.warm_up()
+    assert through_encode._direct == {}
+    direct = _embedder("onnx-int8", monkeypatch, threads=1)
+    np.testing.assert_allclose(through_encode.embed_query(TEXTS[2]), direct.embed_query(TEXTS[2]), atol=2e-5)
