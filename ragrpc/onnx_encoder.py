@@ -5,8 +5,8 @@ call, torch tensors handed to optimum and back, then mean pooling and normalisat
 operators. Each torch operator and each hand-over releases and takes back the GIL; on two cores
 shared with the query service's BM25 scoring (Python and small numpy operations, which hold the
 GIL), every take-back waits up to the interpreter's switch interval (5 ms). Measured on this
-project's 2-core machine: one query embedding 5.3 ms through sentence-transformers and 4.1 ms here
-alone, 56 and 15 ms beside a thread running Python.
+project's 2-core machine (`make bench`, embed section): one query embedding 5.6 ms through
+sentence-transformers and 3.8 ms here alone, 109 and 15 ms beside a thread running Python.
 
 `OnnxEncoder` does the same computation with one GIL release per forward batch (the ONNX Runtime
 call): the model's Rust tokenizer (a private copy, truncation and padding set once), the session,
