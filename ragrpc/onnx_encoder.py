@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ragrpc.tokens import private_rust_tokenizer
+
 logger = logging.getLogger(__name__)
 
 _KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
@@ -48,12 +50,10 @@ class OnnxEncoder:
         if why:
             logger.info("embedding through sentence-transformers' encode: %s", why)
             return None
-        from tokenizers import Tokenizer
-
         transformer = model[0]
         session = transformer.model.model
         hf_tokenizer = model.tokenizer
-        tokenizer = Tokenizer.from_str(hf_tokenizer.backend_tokenizer.to_str())
+        tokenizer = private_rust_tokenizer(hf_tokenizer)
         tokenizer.enable_truncation(max_length=int(model.max_seq_length), strategy="longest_first")
         tokenizer.enable_padding(pad_id=int(hf_tokenizer.pad_token_id), pad_token=str(hf_tokenizer.pad_token))
         return cls(session, tokenizer, [i.name for i in session.get_inputs()])

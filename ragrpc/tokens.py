@@ -29,6 +29,15 @@ class TokenCounter(Protocol):
     def spans(self, text: str) -> list[Span]: ...
 
 
+def private_rust_tokenizer(tokenizer: Any) -> Any:
+    """A private copy of a Hugging Face fast tokenizer's Rust tokenizer (`tokenizers.Tokenizer`), for
+    its owner to set truncation and padding on once; encoding with fixed settings only reads it."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    return Tokenizer.from_str(backend.to_str())
+
+
 class HfTokenCounter:
     """Counts with a Hugging Face fast tokenizer (the embedding model's own), without the
     special tokens the model adds around every input.
@@ -39,10 +48,7 @@ class HfTokenCounter:
     Encoding with fixed settings only reads it, so the counter is safe to share."""
 
     def __init__(self, tokenizer: Any) -> None:
-        from tokenizers import Tokenizer
-
-        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-        self._tokenizer = Tokenizer.from_str(backend.to_str())
+        self._tokenizer = private_rust_tokenizer(tokenizer)
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
 
