@@ -4,7 +4,11 @@
 An exception in a step never ends the loop: it is logged with its traceback, counted
 (`failures`, and the `ragrpc_background_failures_total{task}` metric when one is given), and
 the next try waits with exponential backoff (interval doubled per consecutive failure, at
-most `max_backoff_s`); the first success resets it. Cancellation (service shutdown) ends the
+most `max_backoff_s`, 5 s unless told); the first success resets it. The cap is short on
+purpose: it bounds how long a loop goes on failing after its cause is gone (a store that came
+back), and so how long health stays NOT_SERVING after it: at most `max_backoff_s` plus the
+health watch's period. The first failure in a row is logged with its traceback, the ones after
+it in one line each. Cancellation (service shutdown) ends the
 loop at once and is not counted. `consecutive_failures` lets a health check tell a task that
 cannot recover from one that had a passing fault.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +31,7 @@ class SupervisedLoop:
         step: Callable[[], Any],
         *,
         interval_s: float,
-        max_backoff_s: float = 30.0,
+        max_backoff_s: float = 5.0,
         on_failure: Callable[[str], None] | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
@@ -62,12 +67,20 @@ class SupervisedLoop:
         except Exception:  # noqa: BLE001 - supervision: log, count, back off, go on
             self.failures += 1
             self.consecutive_failures += 1
-            logger.exception(
-                "background task %s failed (%d in a row); retrying in %.1fs",
-                self.name,
-                self.consecutive_failures,
-                self.next_delay(),
-            )
+            if self.consecutive_failures == 1:
+                logger.exception(
+                    "background task %s failed (1 in a row); retrying in %.1fs", self.name, self.next_delay()
+                )
+            else:
+                error = sys.exc_info()[1]
+                logger.warning(
+                    "background task %s failed (%d in a row): %s: %s; retrying in %.1fs",
+                    self.name,
+                    self.consecutive_failures,
+                    type(error).__name__,
+                    error,
+                    self.next_delay(),
+                )
             if self._on_failure is not None:
                 self._on_failure(self.name)
             return False

@@ -44,6 +44,22 @@ async def test_failures_are_logged_counted_backed_off_and_recovered(caplog: pyte
     assert "background task follow failed (1 in a row)" in caplog.text and "KeyError" in caplog.text
 
 
+async def test_a_long_outage_logs_one_traceback_then_one_line_per_failure(caplog: pytest.LogCaptureFixture) -> None:
+    loop = SupervisedLoop("flush", FlakyStep(failures=4), interval_s=0.5)
+    with caplog.at_level(logging.WARNING):
+        assert [await loop.run_once() for _ in range(5)] == [False, False, False, False, True]
+    failures = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.levelno for r in failures] == [logging.ERROR] + [logging.WARNING] * 3
+    assert failures[0].exc_info is not None and all(r.exc_info is None for r in failures[1:])
+    assert "failed (4 in a row): KeyError: 'injected fault'; retrying in 5.0s" in failures[-1].getMessage()
+
+
+def test_the_default_backoff_cap_keeps_recovery_within_seconds() -> None:
+    loop = SupervisedLoop("flush", lambda: None, interval_s=0.5)
+    loop.consecutive_failures = 20
+    assert loop.next_delay() == 5.0
+
+
 async def test_cancellation_is_not_a_failure() -> None:
     started = asyncio.Event()
 
