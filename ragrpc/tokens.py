@@ -60,7 +60,7 @@ class HfTokenCounter:
     def spans(self, text: str) -> list[Span]:
         if not text:
             return []
-        return [(int(a), int(b)) for a, b in self._tokenizer.encode(text, add_special_tokens=False).offsets]
+        return list(self._tokenizer.encode(text, add_special_tokens=False).offsets)  # (start, end) int pairs
 
 
 class WordTokenCounter:
