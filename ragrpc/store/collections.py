@@ -78,6 +78,11 @@ class CollectionNames:
         return cls(f"{prefix}_chunks", f"{prefix}_documents", f"{prefix}_jobs")
 
 
+def is_milvus_lite(server_version: str) -> bool:
+    """milvus-lite reports its version as `milvus_lite-<version>`."""
+    return server_version.startswith("milvus_lite")
+
+
 def upsert_keeps_partitions(server_version: str) -> bool:
     """Whether the server's upsert keeps rows in their partition-key partition. Milvus 2.3.x does not:
     upserted rows vanish from filters on the key (measured on the 2.3.5 server PyPI ships; milvus-lite
@@ -111,6 +116,11 @@ class CollectionSetup:
         self.bm25_analysed = False
         self.upsert_keeps_partitions = True
         self.server_version = ""
+
+    @property
+    def embedded(self) -> bool:
+        """The server is milvus-lite (known once `ensure` ran)."""
+        return is_milvus_lite(self.server_version)
 
     @translate_errors
     def ensure(self, model_id: str, dimension: int, *, provider: str = LOCAL_PROVIDER, create: bool = True) -> None:

@@ -15,6 +15,7 @@ from ragrpc.store.milvus_chunks import MilvusChunkStore
 from ragrpc.store.milvus_connection import MilvusConnection
 from ragrpc.store.milvus_registry import MilvusDocumentRegistry
 from ragrpc.store.model_record import LOCAL_PROVIDER
+from ragrpc.store.paging import KEYED_SCAN_MIN_PAGES
 from ragrpc.store.wal_flusher import WalFlusher, flush_enabled
 
 
@@ -77,6 +78,8 @@ def open_milvus_stores(
                 raise
             logging.getLogger(__name__).info("waiting for the collections: %s", exc.message)
             time.sleep(1.0)
+    # milvus-lite: scans of a large collection go by key (see ragrpc.store.paging)
+    key_scan_from = KEYED_SCAN_MIN_PAGES * settings.store_page_size if setup.embedded else None
     return MilvusStores(
         connection,
         setup,
@@ -87,8 +90,9 @@ def open_milvus_stores(
             setup,
             page_size=settings.store_page_size,
             bm25_text=Bm25Text(EnglishAnalyzer(), context_headers=settings.context_headers),
+            key_scan_from_rows=key_scan_from,
         ),
-        MilvusDocumentRegistry(connection, names, page_size=settings.store_page_size),
+        MilvusDocumentRegistry(connection, names, page_size=settings.store_page_size, key_scan_from_rows=key_scan_from),
     )
 
 

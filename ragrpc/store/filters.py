@@ -88,6 +88,10 @@ class FilterExpr:
         """Evaluate the condition on a row (field name -> value); a missing field never matches."""
         raise NotImplementedError
 
+    def fields(self) -> frozenset[str]:
+        """The fields the condition reads (what a row needs for `matches`)."""
+        raise NotImplementedError
+
     def _render(self, context: _RenderContext) -> str:
         raise NotImplementedError
 
@@ -105,6 +109,9 @@ class Comparison(FilterExpr):
         if self.op not in _COMPARISONS:
             raise ValueError(f"unknown operator {self.op!r}")
         return f"{_checked_field(self.field)} {self.op} {context.literal(self.value)}"
+
+    def fields(self) -> frozenset[str]:
+        return frozenset((self.field,))
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         actual = row.get(self.field)
@@ -124,6 +131,9 @@ class InList(FilterExpr):
     def _render(self, context: _RenderContext) -> str:
         return f"{_checked_field(self.field)} in {context.literal(self.values)}"
 
+    def fields(self) -> frozenset[str]:
+        return frozenset((self.field,))
+
     def matches(self, row: Mapping[str, Any]) -> bool:
         actual = row.get(self.field)
         return actual is not None and actual in self.values
@@ -136,6 +146,9 @@ class ContainsAny(FilterExpr):
 
     def _render(self, context: _RenderContext) -> str:
         return f"array_contains_any({_checked_field(self.field)}, {context.literal(self.values)})"
+
+    def fields(self) -> frozenset[str]:
+        return frozenset((self.field,))
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         actual = row.get(self.field)
@@ -160,6 +173,9 @@ class JsonKeyIn(FilterExpr):
         alternatives = " or ".join(f"{path} == {context.literal(value)}" for value in self.values)
         return f"({alternatives})" if len(self.values) > 1 else alternatives
 
+    def fields(self) -> frozenset[str]:
+        return frozenset((self.field,))
+
     def matches(self, row: Mapping[str, Any]) -> bool:
         document = row.get(self.field)
         return isinstance(document, Mapping) and document.get(self.key) in self.values
@@ -178,6 +194,9 @@ class Conjunction(FilterExpr):
         if len(self.parts) == 1:
             return self.parts[0]._render(context)
         return f" {self.operator} ".join(_parenthesised(p, context) for p in self.parts)
+
+    def fields(self) -> frozenset[str]:
+        return frozenset().union(*(part.fields() for part in self.parts))
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         wanted = self.operator == "or"  # the result that decides early

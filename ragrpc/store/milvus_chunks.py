@@ -108,13 +108,17 @@ class MilvusChunkStore:
         setup: CollectionSetup,
         page_size: int = DEFAULT_PAGE_SIZE,
         bm25_text: Bm25Text | None = None,
+        key_scan_from_rows: int | None = None,
     ) -> None:
+        """key_scan_from_rows: scans of a collection of at least this many rows read the matching keys,
+        then the rows by key (milvus-lite, see ragrpc.store.paging); None: never."""
         self._conn = connection
         self._names = names
         self._index = index
         self._setup = setup
         self.page_size = checked_page_size(page_size)
         self._bm25_text = bm25_text or Bm25Text(EnglishAnalyzer())
+        self.key_scan_from_rows = key_scan_from_rows
 
     @property
     def supports_bm25(self) -> bool:
@@ -122,7 +126,7 @@ class MilvusChunkStore:
 
     @property
     def embedded(self) -> bool:
-        return self._setup.server_version.startswith("milvus_lite")
+        return self._setup.embedded
 
     @property
     def searches_exactly_in_process(self) -> bool:
@@ -203,10 +207,12 @@ class MilvusChunkStore:
         for rows in scan_rows(
             self._conn,
             self._names.chunks,
-            expr.render(),
+            expr,
             fields,
             page_size=batch_size or self.page_size,
             operation="scan_chunks",
+            by_key=s.CHUNK_ID if self.key_scan_from_rows is not None else "",
+            by_key_from_rows=self.key_scan_from_rows or 0,
         ):
             chunks = [row_to_chunk(r) for r in rows]
             if terms:

@@ -83,11 +83,18 @@ class MilvusDocumentRegistry:
     """DocumentRegistry over the `<prefix>_documents` and `<prefix>_jobs` collections."""
 
     def __init__(
-        self, connection: MilvusConnection, names: CollectionNames, page_size: int = DEFAULT_PAGE_SIZE
+        self,
+        connection: MilvusConnection,
+        names: CollectionNames,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        key_scan_from_rows: int | None = None,
     ) -> None:
+        """key_scan_from_rows: scans of a collection of at least this many rows read the matching keys,
+        then the rows by key (milvus-lite, see ragrpc.store.paging); None: never."""
         self._conn = connection
         self._names = names
         self.page_size = checked_page_size(page_size)
+        self.key_scan_from_rows = key_scan_from_rows
 
     @translate_errors
     def get(self, tenant: str, document_id: str) -> DocumentRecord | None:
@@ -120,10 +127,12 @@ class MilvusDocumentRegistry:
         for page in scan_rows(
             self._conn,
             self._names.jobs,
-            deletions_expr(updated_after).render(),
+            deletions_expr(updated_after),
             [s.JOB_ID, s.RECORD],
             page_size=self.page_size,
             operation="deletion journal scan",
+            by_key=s.JOB_ID if self.key_scan_from_rows is not None else "",
+            by_key_from_rows=self.key_scan_from_rows or 0,
         ):
             yield [row[s.RECORD]["doc_key"] for row in page]
 
@@ -171,10 +180,12 @@ class MilvusDocumentRegistry:
         return scan_rows(
             self._conn,
             self._names.documents,
-            expr.render(),
+            expr,
             fields,
             page_size=page_size or self.page_size,
             operation="registry scan",
+            by_key=s.DOC_KEY if self.key_scan_from_rows is not None else "",
+            by_key_from_rows=self.key_scan_from_rows or 0,
         )
 
     @translate_errors

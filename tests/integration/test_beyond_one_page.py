@@ -36,8 +36,17 @@ class World:
     registry: Any
 
 
-@pytest.fixture(params=["memory", "memory, dense in process", pytest.param("milvus-lite", marks=pytest.mark.slow)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "memory, dense in process",
+        pytest.param("milvus-lite", marks=pytest.mark.slow),
+        pytest.param("milvus-lite, scans by key", marks=pytest.mark.slow),
+    ]
+)
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    """milvus-lite scans this small collection with an iterator, as a Milvus server does; "scans by
+    key" reads keys, then rows, as milvus-lite's scans of a large collection do (ragrpc.store.paging)."""
     embedder = HashingEmbedder(dimension=256)
     base = dataclasses.replace(
         Settings(), workers=2, store_page_size=PAGE, sparse_backend="rank_bm25", chunk_size_tokens=40
@@ -52,6 +61,8 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
         base, milvus_uri=milvus_settings.milvus_uri, collection_prefix=milvus_settings.collection_prefix
     )
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
+    if request.param.endswith("by key"):
+        stores.chunks.key_scan_from_rows = stores.registry.key_scan_from_rows = 0
     yield World(settings, embedder, stores.chunks, stores.registry)
 
 

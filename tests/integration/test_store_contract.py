@@ -18,10 +18,11 @@ from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import filters as f
+from ragrpc.store import paging
 from ragrpc.store import schema as s
 from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.factory import open_milvus_stores
-from ragrpc.store.paging import MAX_QUERY_WINDOW
+from ragrpc.store.paging import KEYED_SCAN_MIN_PAGES, MAX_QUERY_WINDOW
 from ragrpc.store.request_filter import filter_from_request
 from ragrpc.testing import InMemoryChunkStore, InMemoryDocumentRegistry, all_keys, all_records
 
@@ -36,8 +37,16 @@ class Stores:
     registry: Any
 
 
-@pytest.fixture(params=["memory", pytest.param("milvus-lite", marks=pytest.mark.slow)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("milvus-lite", marks=pytest.mark.slow),
+        pytest.param("milvus-lite-iterator", marks=pytest.mark.slow),
+    ]
+)
 def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
+    """milvus-lite: scans read keys first, then rows by key (as the factory opens a large collection);
+    milvus-lite-iterator: scans page with an iterator (a small collection, and a Milvus server)."""
     if request.param == "memory":
         # it keeps each chunk's analysed terms, as a collection of chunks schema 2 does
         chunks = InMemoryChunkStore(page_size=PAGE, bm25_text=Bm25Text(EnglishAnalyzer()))
@@ -46,6 +55,9 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
     milvus_settings: Settings = request.getfixturevalue("milvus_settings")
     configured = dataclasses.replace(milvus_settings, store_page_size=PAGE, index_type="FLAT")
     opened = open_milvus_stores(configured, model_id="contract/model", dimension=DIM, writer=True)
+    assert opened.chunks.key_scan_from_rows == opened.registry.key_scan_from_rows == KEYED_SCAN_MIN_PAGES * PAGE
+    keyed = request.param == "milvus-lite"
+    opened.chunks.key_scan_from_rows = opened.registry.key_scan_from_rows = 0 if keyed else None
     yield Stores(opened.chunks, opened.registry)
 
 
@@ -160,6 +172,24 @@ def test_registry_listing_is_keyset_paged(stores: Stores) -> None:
     assert all(len(p) <= PAGE for p in pages) and sum(map(len, pages)) == len(ids) - len(failed)
 
 
+def test_every_row_a_scan_returns_matches_its_filter_while_rows_change(stores: Stores) -> None:
+    ids = [f"doc-{i:03d}" for i in range(6 * PAGE)]
+    for document_id in ids:
+        stores.registry.put(_record(document_id))
+    scan = stores.registry.scan(REGISTRY.eq(s.STATE, int(DocumentState.ACTIVE)))
+    first = next(scan)
+    # rows of the last page (a scan reads at most two pages ahead): one fails, one is deleted, one is renamed
+    failed, deleted, renamed = ids[-3], ids[-2], ids[-1]
+    stores.registry.put(_record(failed, DocumentState.FAILED))
+    stores.registry.delete("t1", deleted)
+    stores.registry.put(dataclasses.replace(_record(renamed), title="renamed"))
+    returned = first + [record for page in scan for record in page]
+    assert all(record.state == DocumentState.ACTIVE for record in returned)  # the filter holds on every row
+    returned_ids = [record.document_id for record in returned]
+    assert returned_ids == sorted(set(returned_ids))  # once each, in key order
+    assert set(ids[:-3]) <= set(returned_ids) and renamed in returned_ids
+
+
 def test_deletes_are_journalled_for_followers(stores: Stores) -> None:
     for document_id in ("a", "b", "c"):
         stores.registry.put(_record(document_id))
@@ -206,3 +236,28 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     with pytest.raises(errors.InvalidInputError) as refused:
         filter_from_request("t1", facts={"author": ["x"]})
     assert "cannot be filtered on" in refused.value.message
+
+
+@pytest.mark.slow
+def test_milvus_lite_scans_by_key_from_the_collections_size(
+    milvus_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which way a scan of more than one page reads is the collection's row count against the store's
+    `key_scan_from_rows`; both ways return the same rows."""
+    configured = dataclasses.replace(milvus_settings, store_page_size=PAGE, index_type="FLAT")
+    chunks = open_milvus_stores(configured, model_id="contract/model", dimension=DIM, writer=True).chunks
+    rows = 3 * PAGE + 1
+    chunks.insert_chunks([_chunk(i) for i in range(rows)] + [_chunk(0, document_id="other")])
+    ways: list[str] = []
+    for name in ("_read_by_key", "_iterate"):
+        real = getattr(paging, name)
+        monkeypatch.setattr(
+            paging, name, lambda *a, _real=real, _name=name, **k: (ways.append(_name), _real(*a, **k))[1]
+        )
+    found = {}
+    for from_rows, way in ((rows + 1, "_read_by_key"), (rows + 2, "_iterate"), (None, "_iterate"), (0, "_read_by_key")):
+        chunks.key_scan_from_rows = from_rows
+        ways.clear()
+        found[from_rows] = [c.chunk_id for page in chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "big")) for c in page]
+        assert ways == [way], from_rows
+    assert all(ids == sorted(_chunk(i).chunk_id for i in range(rows)) for ids in found.values())

@@ -396,3 +396,14 @@ def test_hostile_values_round_trip_through_milvus_lite(milvus_lite_uri: str) -> 
 
 def test_module_exposes_the_default_builder_functions() -> None:
     assert filters.DEFAULT_BUILDER.fields == schema.FILTERABLE_FIELDS
+
+
+def test_an_expression_names_the_fields_it_reads() -> None:
+    expr = and_(
+        eq(schema.TENANT, "acme"),
+        or_(in_(schema.SOURCE, ["a.pdf"]), contains_any(schema.TAGS, ["x"])),
+        gte(schema.DOC_DATE, 0),
+    )
+    assert expr.fields() == {schema.TENANT, schema.SOURCE, schema.TAGS, schema.DOC_DATE}
+    row = {schema.TENANT: "acme", schema.SOURCE: "a.pdf", schema.TAGS: [], schema.DOC_DATE: 3}
+    assert expr.matches(row) and not expr.matches({k: v for k, v in row.items() if k != schema.DOC_DATE})
