@@ -14,7 +14,7 @@ one (`ragrpc.store.prefetch`), so the store's time and the caller's overlap.
 On milvus-lite, a large collection is scanned by key instead (`by_key`). milvus-lite answers each
 page of an iterator by assembling, filtering and sorting the whole collection in Python (about 2.3 us a
 row of the collection a page, on top of about 75 us a row returned: measured in-process on 100k rows),
-so an iterator's scan grows with the square of the collection (48 minutes for the query service's
+so an iterator's scan grows with the square of the collection (20-48 minutes for the query service's
 load of 1M chunks), while it reads rows by primary key without a scan. A keyed scan asks once for
 every matching key, then reads the rows a page of keys at a time, and keeps those that still match
 the filter (a row changed between the two reads is returned only as it is now, and only when it
@@ -143,8 +143,9 @@ def _read_by_key(
     operation: str,
     key_field: str,
 ) -> Iterator[list[dict[str, Any]]]:
-    """milvus-lite: every matching key in one query (milvus-lite has no query window), then the rows
-    page_size keys at a time, each page re-checked against the filter (see the module's text)."""
+    """milvus-lite: every matching key in one query (milvus-lite has no query window; its answers may
+    reach 256 MB, several million keys), then the rows page_size keys at a time, each page re-checked
+    against the filter (see the module's text)."""
     rendered = expr.render()
     try:
         found = conn.call(lambda c: c.query(collection, filter=rendered, output_fields=[key_field]))
