@@ -31,8 +31,8 @@ part-way raises (it never ends early as if the collection were smaller).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ragrpc import errors
 from ragrpc.store import schema as s
@@ -44,6 +44,8 @@ MAX_QUERY_WINDOW = 16384  # Milvus: offset + limit of one query
 DEFAULT_PAGE_SIZE = 8192
 KEYED_SCAN_MIN_PAGES = 32  # milvus-lite: from this many pages of rows in the collection, scans go by key
 PRIMARY_KEYS = (s.CHUNK_ID, s.DOC_KEY, s.JOB_ID)
+
+T = TypeVar("T")
 
 
 def checked_page_size(page_size: int) -> int:
@@ -59,6 +61,14 @@ def checked_limit(limit: int, operation: str) -> int:
             f"{operation} reads at most {MAX_QUERY_WINDOW} rows in one call (asked for {limit}); it must scan"
         )
     return limit
+
+
+def _call(conn: MilvusConnection, fn: Callable[[Any], T], operation: str) -> T:
+    """conn.call(fn); a store failure raises the translated ragrpc error, named after `operation`."""
+    try:
+        return conn.call(fn)
+    except Exception as exc:  # noqa: BLE001 - the store boundary
+        raise translate_exception(exc, operation) from exc
 
 
 def scan_rows(
@@ -81,10 +91,9 @@ def scan_rows(
     least `by_key_from_rows` rows, reads every matching key and then the rows by key."""
     size = checked_page_size(page_size)
     rendered = expr.render()
-    try:
-        probe = conn.call(lambda c: c.query(collection, filter=rendered, output_fields=output_fields, limit=size))
-    except Exception as exc:  # noqa: BLE001 - the store boundary
-        raise translate_exception(exc, operation) from exc
+    probe = _call(
+        conn, lambda c: c.query(collection, filter=rendered, output_fields=output_fields, limit=size), operation
+    )
     if len(probe) < size:
         if probe:
             key = primary_key(probe[0])
@@ -100,10 +109,7 @@ def scan_rows(
 
 def _row_count(conn: MilvusConnection, collection: str, operation: str) -> int:
     """The collection's rows as the store counts them (milvus-lite: keys only, no row is read)."""
-    try:
-        stats = conn.call(lambda c: c.get_collection_stats(collection))
-    except Exception as exc:  # noqa: BLE001 - the store boundary
-        raise translate_exception(exc, operation) from exc
+    stats = _call(conn, lambda c: c.get_collection_stats(collection), operation)
     return int(stats.get("row_count", 0))
 
 
@@ -115,12 +121,11 @@ def primary_key(row: dict[str, Any]) -> str:
 def _iterate(
     conn: MilvusConnection, collection: str, expr: str, output_fields: list[str], page_size: int, operation: str
 ) -> Iterator[list[dict[str, Any]]]:
-    try:
-        iterator = conn.call(
-            lambda c: c.query_iterator(collection, batch_size=page_size, filter=expr, output_fields=output_fields)
-        )
-    except Exception as exc:  # noqa: BLE001 - the store boundary
-        raise translate_exception(exc, operation) from exc
+    iterator = _call(
+        conn,
+        lambda c: c.query_iterator(collection, batch_size=page_size, filter=expr, output_fields=output_fields),
+        operation,
+    )
     try:
         while True:
             try:
@@ -147,10 +152,7 @@ def _read_by_key(
     reach 256 MB, several million keys), then the rows page_size keys at a time, each page re-checked
     against the filter (see the module's text)."""
     rendered = expr.render()
-    try:
-        found = conn.call(lambda c: c.query(collection, filter=rendered, output_fields=[key_field]))
-    except Exception as exc:  # noqa: BLE001 - the store boundary
-        raise translate_exception(exc, operation) from exc
+    found = _call(conn, lambda c: c.query(collection, filter=rendered, output_fields=[key_field]), operation)
     keys = sorted(row[key_field] for row in found)
     del found
     if set(output_fields) <= {key_field}:  # the keys are the answer
@@ -160,10 +162,7 @@ def _read_by_key(
     fields = sorted(set(output_fields) | expr.fields() | {key_field})
     for start in range(0, len(keys), page_size):
         wanted = keys[start : start + page_size]
-        try:
-            rows = conn.call(lambda c: c.get(collection, ids=wanted, output_fields=fields))  # noqa: B023
-        except Exception as exc:  # noqa: BLE001 - the store boundary
-            raise translate_exception(exc, operation) from exc
+        rows = _call(conn, lambda c: c.get(collection, ids=wanted, output_fields=fields), operation)  # noqa: B023
         page = sorted((row for row in rows if expr.matches(row)), key=lambda row: row[key_field])
         if page:
             yield page

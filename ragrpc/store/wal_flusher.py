@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ragrpc import errors
+from ragrpc.store.collections import is_milvus_lite
 from ragrpc.supervised import SupervisedLoop
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def flush_enabled(mode: str, server_version: str) -> bool:
     if mode not in FLUSH_MODES:
         raise ValueError(f"RAGRPC_MILVUS_FLUSH={mode!r} is not one of {', '.join(FLUSH_MODES)}")
     if mode == "auto":
-        return server_version.startswith("milvus_lite")
+        return is_milvus_lite(server_version)
     return mode == "on"
 
 
