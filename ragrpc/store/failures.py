@@ -10,6 +10,10 @@ the wording of a message, which changes between pymilvus and server versions).
                are; an insert is repeated for the rows that did not land (MilvusConnection).
   RELEASED     the collection is not loaded (code 101: a restarted server comes back with every
                collection released).
+  TOO_LARGE    the answer was over a gRPC message limit (RESOURCE_EXHAUSTED "... message larger
+               than max": milvus-lite answers at most 256 MB). The status alone cannot tell it
+               from a server's load shedding, so here (only) gRPC core's own wording decides, not
+               the server's. Repeating the same call does not help; asking for less does.
   REFUSED      anything else: the server answered and refused (bad request, schema); repeating
                it does not help.
 
@@ -33,12 +37,14 @@ _UNAVAILABLE_STATUSES = {
 _CONNECT_FAILED = 2  # pymilvus Status.CONNECT_FAILED
 _RATE_LIMIT = 8  # pymilvus ErrorCode.RATE_LIMIT
 _COLLECTION_NOT_LOADED = 101
+_TOO_LARGE_WORDING = "message larger than max"  # gRPC core: "Sent/Received message larger than max (N vs. M)"
 _UNAVAILABLE_TYPES = ("ConnectError", "MilvusUnavailableException", "ConnectionNotExistException")
 
 
 class Failure(enum.Enum):
     UNAVAILABLE = "unavailable"
     RELEASED = "released"
+    TOO_LARGE = "too_large"
     REFUSED = "refused"
 
 
@@ -68,6 +74,8 @@ def classify(exc: BaseException) -> Failure:
             return Failure.UNAVAILABLE
         status = _status_of(link)
         if isinstance(status, grpc.StatusCode):
+            if status is grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE_WORDING in _details_of(link):
+                return Failure.TOO_LARGE
             if status in _UNAVAILABLE_STATUSES:
                 return Failure.UNAVAILABLE
         elif isinstance(status, int) and not isinstance(status, bool):
@@ -78,6 +86,20 @@ def classify(exc: BaseException) -> Failure:
         if isinstance(link, OSError | TimeoutError):  # ConnectionError, socket errors
             return Failure.UNAVAILABLE
     return Failure.REFUSED
+
+
+def _details_of(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    if callable(details):
+        try:
+            return f"{details()}"
+        except Exception:  # noqa: BLE001 - a RpcError without details
+            return ""
+    return f"{exc}"
+
+
+def is_answer_too_large(exc: BaseException) -> bool:
+    return classify(exc) is Failure.TOO_LARGE
 
 
 def is_unavailable(exc: BaseException) -> bool:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ragrpc import errors
 from ragrpc.security import is_loopback
-from ragrpc.store.failures import Failure, classify, is_unavailable
+from ragrpc.store.failures import Failure, classify, is_answer_too_large, is_unavailable
 from ragrpc.store.group_commit import WriteGroups
 from ragrpc.store.read_groups import ReadGroups
 
@@ -47,6 +47,10 @@ def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
             f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
             retry_after_s=2.0,
             reason="STORE_UNAVAILABLE",
+        )
+    if is_answer_too_large(exc):
+        return errors.InternalError(
+            f"vector store call {operation} failed: its answer is over the store's message limit ({exc})"
         )
     return errors.InternalError(f"vector store call {operation} failed: {exc}")
 

@@ -25,27 +25,40 @@ iterator's extra pages cost 2.3 us a row of the collection each, so a keyed scan
 the collection has more than about 75 / 2.3 = 32 pages of rows (KEYED_SCAN_MIN_PAGES). The caller
 says from how many rows of the collection a scan is keyed; the count is the store's own (cheap).
 
+milvus-lite answers at most 256 MB (its gRPC message limit). The keys are therefore asked for in
+ranges of the key (`key > lo and key <= hi`) sized to stay under KEY_ANSWER_BYTES, a quarter of that:
+how many ranges and where they split comes from the keys of the first page read (a sample of the
+matching rows) and the collection's row count. A range whose answer is still over the limit (the
+sample did not represent the keys) is split again at the sample's keys inside it, and read with an
+iterator when none is left. Each range costs one pass of milvus-lite over the collection (2.3 us a
+row), so the chunks' 32-character keys need one range up to about 1.6 million rows.
+
 A page size above MAX_QUERY_WINDOW or below 1 is a configuration error; a scan that fails
 part-way raises (it never ends early as if the collection were smaller).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ragrpc import errors
 from ragrpc.store import schema as s
-from ragrpc.store.filters import FilterExpr
+from ragrpc.store.failures import is_answer_too_large
+from ragrpc.store.filters import Comparison, FilterExpr, and_
 from ragrpc.store.milvus_connection import MilvusConnection, translate_exception
 from ragrpc.store.prefetch import prefetched
 
 MAX_QUERY_WINDOW = 16384  # Milvus: offset + limit of one query
 DEFAULT_PAGE_SIZE = 8192
 KEYED_SCAN_MIN_PAGES = 32  # milvus-lite: from this many pages of rows in the collection, scans go by key
+KEY_ANSWER_BYTES = 64 * 2**20  # milvus-lite: keys asked for in one query, a quarter of its 256 MB answer limit
+KEY_OVERHEAD_BYTES = 8  # a key's bytes in an answer beyond its UTF-8 (measured: 2)
 PRIMARY_KEYS = (s.CHUNK_ID, s.DOC_KEY, s.JOB_ID)
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def checked_page_size(page_size: int) -> int:
@@ -81,6 +94,7 @@ def scan_rows(
     operation: str,
     by_key: str = "",
     by_key_from_rows: int = 0,
+    key_answer_bytes: int = KEY_ANSWER_BYTES,
 ) -> Iterator[list[dict[str, Any]]]:
     """Every row of `collection` matching `expr`, in pages of at most page_size rows, in
     primary-key order. Store failures raise the translated ragrpc error.
@@ -99,8 +113,11 @@ def scan_rows(
             key = primary_key(probe[0])
             yield sorted(probe, key=lambda row: row[key]) if key else list(probe)
         return
-    if by_key and (by_key_from_rows <= 0 or _row_count(conn, collection, operation) >= by_key_from_rows):
-        pages = _read_by_key(conn, collection, expr, output_fields, size, operation, by_key)
+    rows = _row_count(conn, collection, operation) if by_key else 0
+    if by_key and rows >= by_key_from_rows:
+        sample = [row[by_key] for row in probe]
+        ranges = _KeyRanges(conn, collection, expr, by_key, operation, sample, rows, key_answer_bytes)
+        pages = _read_by_key(conn, collection, expr, output_fields, size, operation, ranges)
     else:
         pages = _iterate(conn, collection, rendered, output_fields, size, operation)
     # the next page is read while the caller works on this one (ragrpc.store.prefetch)
@@ -146,15 +163,12 @@ def _read_by_key(
     output_fields: list[str],
     page_size: int,
     operation: str,
-    key_field: str,
+    ranges: _KeyRanges,
 ) -> Iterator[list[dict[str, Any]]]:
-    """milvus-lite: every matching key in one query (milvus-lite has no query window; its answers may
-    reach 256 MB, several million keys), then the rows page_size keys at a time, each page re-checked
-    against the filter (see the module's text)."""
-    rendered = expr.render()
-    found = _call(conn, lambda c: c.query(collection, filter=rendered, output_fields=[key_field]), operation)
-    keys = sorted(row[key_field] for row in found)
-    del found
+    """milvus-lite: every matching key (`_KeyRanges`), then the rows page_size keys at a time, each
+    page re-checked against the filter (see the module's text)."""
+    key_field = ranges.key_field
+    keys = ranges.keys()
     if set(output_fields) <= {key_field}:  # the keys are the answer
         for start in range(0, len(keys), page_size):
             yield [{key_field: key} for key in keys[start : start + page_size]]
@@ -166,3 +180,75 @@ def _read_by_key(
         page = sorted((row for row in rows if expr.matches(row)), key=lambda row: row[key_field])
         if page:
             yield page
+
+
+class _KeyRanges:
+    """Every key of `collection` matching `expr`, sorted, read in ranges of the key whose answers stay
+    under `answer_bytes` (milvus-lite answers at most 256 MB; see the module's text). `sample`: keys
+    of matching rows (the scan's first page), for the ranges' bounds; `rows`: the collection's."""
+
+    def __init__(
+        self,
+        conn: MilvusConnection,
+        collection: str,
+        expr: FilterExpr,
+        key_field: str,
+        operation: str,
+        sample: list[str],
+        rows: int,
+        answer_bytes: int,
+    ) -> None:
+        self._conn = conn
+        self._collection = collection
+        self._expr = expr
+        self.key_field = key_field
+        self._operation = operation
+        self._bounds = sorted(set(sample))
+        key_bytes = max((len(key.encode()) for key in sample), default=0) + KEY_OVERHEAD_BYTES
+        self.planned = min(max(1, -(-rows * key_bytes // max(1, answer_bytes))), len(self._bounds) + 1)
+
+    def keys(self) -> list[str]:
+        """Sorted; ranges are read in key order, so their keys concatenate sorted."""
+        n = self.planned
+        splits = [self._bounds[len(self._bounds) * i // n] for i in range(1, n)]
+        found: list[str] = []
+        for lo, hi in zip([None, *splits], [*splits, None], strict=True):
+            found += self._range(lo, hi)
+        return found
+
+    def _range(self, lo: str | None, hi: str | None) -> list[str]:
+        """The keys in (lo, hi] (None: unbounded) in key order."""
+        expr = and_(
+            self._expr,
+            *([Comparison(self.key_field, ">", lo)] if lo is not None else []),
+            *([Comparison(self.key_field, "<=", hi)] if hi is not None else []),
+        )
+        rendered = expr.render()
+        try:
+            found = self._conn.call(
+                lambda c: c.query(self._collection, filter=rendered, output_fields=[self.key_field])
+            )
+        except Exception as exc:  # noqa: BLE001 - the store boundary
+            if not is_answer_too_large(exc):
+                raise translate_exception(exc, self._operation) from exc
+            inside = [key for key in self._bounds if (lo is None or key > lo) and (hi is None or key <= hi)]
+            if not inside or inside == [hi]:
+                logger.warning(
+                    "%s: the keys of %s in (%s, %s] are over the store's answer limit and no key of the "
+                    "first page splits them; reading them with an iterator (slow on milvus-lite: a Milvus "
+                    "server suits a collection of this size)",
+                    self._operation,
+                    self._collection,
+                    lo,
+                    hi,
+                )
+                return [
+                    row[self.key_field]
+                    for page in _iterate(
+                        self._conn, self._collection, rendered, [self.key_field], MAX_QUERY_WINDOW, self._operation
+                    )
+                    for row in page
+                ]
+            mid = inside[(len(inside) - 1) // 2]
+            return self._range(lo, mid) + self._range(mid, hi)
+        return sorted(row[self.key_field] for row in found)

@@ -42,6 +42,17 @@ def _wrapped(cause: BaseException) -> MilvusException:
         (StatusError(grpc.StatusCode.UNAVAILABLE), Failure.UNAVAILABLE),
         (StatusError(grpc.StatusCode.DEADLINE_EXCEEDED), Failure.UNAVAILABLE),
         (StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED), Failure.UNAVAILABLE),
+        (
+            StatusError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER: Sent message larger than max (1360031 vs. 1048576)"
+            ),
+            Failure.TOO_LARGE,
+        ),
+        (
+            _wrapped(StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED, "Received message larger than max (9 vs. 4)")),
+            Failure.TOO_LARGE,
+        ),
+        (StatusError(grpc.StatusCode.UNAVAILABLE, "message larger than max"), Failure.UNAVAILABLE),
         (StatusError(grpc.StatusCode.INVALID_ARGUMENT, "connection timeout in the text"), Failure.REFUSED),
         (grpc.FutureTimeoutError(), Failure.UNAVAILABLE),
         (ConnectError(message="x"), Failure.UNAVAILABLE),
@@ -59,6 +70,23 @@ def _wrapped(cause: BaseException) -> MilvusException:
 )
 def test_failures_are_classified_by_type_and_code_not_by_wording(exc: BaseException, expected: Failure) -> None:
     assert classify(exc) is expected
+
+
+def test_an_answer_over_the_message_limit_is_internal_and_not_repeated() -> None:
+    """Asking again for the same answer cannot help: the call is not repeated after a reconnect."""
+    too_large = StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER: Sent message larger than max (9 vs. 4)")
+    error = translate_exception(too_large, "scan")
+    assert isinstance(error, errors.InternalError) and "over the store's message limit" in error.message
+    calls: list[int] = []
+
+    def answer(_client: Any) -> None:
+        calls.append(1)
+        raise too_large
+
+    conn = ScriptedConnection(ScriptedClient())
+    with pytest.raises(StatusError):
+        conn.call(answer)
+    assert calls == [1]
 
 
 def test_a_refusal_worded_like_an_outage_is_internal_not_unavailable() -> None:

@@ -29,17 +29,26 @@ class MilvusLiteServer:
     data_dir: Path
     port: int
     process: subprocess.Popen | None = None
+    answer_limit_bytes: int | None = None  # milvus-lite's gRPC message limit (256 MB) lowered, for tests
 
     @property
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> MilvusLiteServer:
-        executable = Path(sys.executable).with_name("milvus-lite")
+        executable = [str(Path(sys.executable).with_name("milvus-lite"))]
+        if self.answer_limit_bytes is not None:  # the same server, its module's limit set before it starts
+            executable = [
+                sys.executable,
+                "-c",
+                "import sys, milvus_lite.adapter.grpc.server as s; "
+                f"s._MAX_MESSAGE_SIZE = {int(self.answer_limit_bytes)}; "
+                "from milvus_lite.cmdline import main; sys.exit(main(sys.argv[1:]))",
+            ]
         log = open(self.data_dir.parent / f"milvus-{self.port}.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
             [
-                str(executable),
+                *executable,
                 "server",
                 "--data-dir",
                 str(self.data_dir),
@@ -72,7 +81,9 @@ class MilvusLiteServer:
             self.process.wait(timeout=10)
 
 
-def start_milvus_lite(tmp_dir: Path, port: int | None = None) -> MilvusLiteServer:
+def start_milvus_lite(
+    tmp_dir: Path, port: int | None = None, answer_limit_bytes: int | None = None
+) -> MilvusLiteServer:
     data = tmp_dir / "milvus"
     data.mkdir(parents=True, exist_ok=True)
-    return MilvusLiteServer(data, port or free_port()).start()
+    return MilvusLiteServer(data, port or free_port(), answer_limit_bytes=answer_limit_bytes).start()
