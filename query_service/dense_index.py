@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from query_service.chunk_attrs import ChunkAttrsTable
 from query_service.rw_lock import ReadWriteLock
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class _Scope:
         self.size = 0
         self.alive = np.zeros(0, dtype=np.bool_)
         self.chunk_ids: list[str] = []
-        self.attrs: list[Mapping[str, Any]] = []
+        self.attrs = ChunkAttrsTable()
         self.documents: dict[str, range] = {}
         self.live = 0
         self.dead = 0
@@ -62,7 +63,7 @@ class _Scope:
         self.vectors[self.size : needed] = matrix
         self.alive[self.size : needed] = True
         self.chunk_ids.extend(chunk.chunk_id for chunk in chunks)
-        self.attrs.extend(chunk.attrs for chunk in chunks)
+        self.attrs.append_document([chunk.attrs for chunk in chunks])
         self.documents[document_id] = range(self.size, needed)
         self.size = needed
         self.live += len(chunks)
@@ -84,7 +85,7 @@ class _Scope:
         self.vectors = np.ascontiguousarray(self.vectors[keep])
         self.alive = np.ones(len(keep), dtype=np.bool_)
         self.chunk_ids = [self.chunk_ids[i] for i in keep]
-        self.attrs = [self.attrs[i] for i in keep]
+        self.attrs.keep(keep.tolist())
         self.documents = {
             doc: range(int(new_slot[slots.start]), int(new_slot[slots.start]) + len(slots)) if len(slots) else range(0)
             for doc, slots in self.documents.items()
@@ -199,7 +200,7 @@ def _best_allowed(
                 continue
             seen.add(index)
             slot = int(slots[index])
-            if allow is None or allow(scope.attrs[slot]):
+            if allow is None or allow(scope.attrs.view(slot, scope.chunk_ids[slot])):
                 out.append((scope.chunk_ids[slot], float(scores[index])))
                 if len(out) == top_k:
                     break
