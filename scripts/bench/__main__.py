@@ -23,7 +23,7 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult
 
-SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale", "uploads")
+SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale", "uploads", "index_memory")
 
 
 def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> SectionResult:
@@ -69,6 +69,10 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import uploads
 
         runner = lambda: uploads.run(config)  # noqa: E731
+    elif name == "index_memory":
+        from scripts.bench import index_memory
+
+        runner = lambda: index_memory.run(config)  # noqa: E731
     else:
         raise ValueError(f"unknown section {name!r}; use {', '.join(SECTIONS)}")
     started = time.perf_counter()

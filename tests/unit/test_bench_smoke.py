@@ -123,3 +123,19 @@ def test_scale_report_rewrites_only_its_section(tmp_path: Path) -> None:
     assert "| 2.0 s | 100 MiB (10,486 B) |" in text  # the fresh query service process, where it was measured
     assert "| 1.0 s (in the bench) | not measured |" in text
     assert (tmp_path / "scale.png").read_bytes().startswith(b"\x89PNG")
+
+
+@needs_shared
+def test_index_memory_section_measures_both_indexes_per_chunk() -> None:
+    from scripts.bench import index_memory
+
+    result = index_memory.run(BenchConfig(quick=True))
+    for group in index_memory.GROUPS:
+        figures = result.data[f"group_{group}"]
+        assert 900 <= figures["chunks"] <= 1000
+        # a chunk's terms (about 150) and 384 float32 at least; a copy of its text would be more
+        assert 500 < figures["bm25_bytes_per_chunk"] < 20_000
+        assert 384 * 4 < figures["dense_bytes_per_chunk"] < 20_000
+        assert figures["bm25_search_p50_ms"] > 0
+    # a document's chunks share their attributes: long documents cost less a chunk
+    assert result.data["group_10"]["dense_bytes_per_chunk"] < result.data["group_1"]["dense_bytes_per_chunk"]
