@@ -63,10 +63,14 @@ def _begins_with(text: str, title: str) -> bool:
     return opening.startswith(title.casefold())
 
 
-def header_budget(text: str, counter: TokenCounter, window: int) -> int:
+def header_budget(text: str, counter: TokenCounter, window: int, text_tokens_at_most: int = 0) -> int:
     """The tokens a header may take in front of `text` within `window` (the model's limit):
-    `MAX_HEADER_TOKENS` at most, and what the text leaves free (one token for the line break)."""
+    `MAX_HEADER_TOKENS` at most, and what the text leaves free (one token for the line break).
+    `text_tokens_at_most` (0: not known): a bound on the text's tokens (`ChunkDraft.token_bound`);
+    when it leaves the whole header free, the text is not tokenized again (same budget)."""
     if window <= 0:
+        return MAX_HEADER_TOKENS
+    if 0 < text_tokens_at_most and window - text_tokens_at_most - 1 >= MAX_HEADER_TOKENS:
         return MAX_HEADER_TOKENS
     return max(0, min(MAX_HEADER_TOKENS, window - counter.count(text) - 1))
 
@@ -95,13 +99,15 @@ def embedded_text(
     text: str,
     counter: TokenCounter,
     window: int,
+    text_tokens_at_most: int = 0,
 ) -> str:
     """What the model embeds of a chunk: its text after its context header, the header cut to what
     the text leaves free of the model's window (`header_budget`). The ingest pipeline embeds this;
-    the ingestion benchmark rebuilds it from the stored chunk (title, section path, metadata, text)."""
+    the ingestion benchmark rebuilds it from the stored chunk (title, section path, metadata, text),
+    without the chunker's token bound, and gets the same text."""
     header = context_header(title, section_path, metadata, text)
     if header:
-        header = cut_to_tokens(header, counter, header_budget(text, counter, window))
+        header = cut_to_tokens(header, counter, header_budget(text, counter, window, text_tokens_at_most))
     return with_header(header, text)
 
 

@@ -95,6 +95,8 @@ class ChunkDraft:
     section_path: tuple[str, ...] = ()
     kind: ChunkKind = ChunkKind.RETRIEVABLE
     parent_index: int = -1  # chunk_index of the PARENT draft this child belongs to, -1 if none
+    # at most this many model tokens in `text` (from the chunker's tokenization of the document); 0: not known
+    token_bound: int = 0
 
 
 @dataclass

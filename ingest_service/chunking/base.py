@@ -245,14 +245,15 @@ def draft_of(pieces: Sequence[Piece], chunker: str, own_from: int = 0) -> Draft:
     return Draft([(pieces[0].start, pieces[-1].end)], chunker, pieces[own_from].start)
 
 
-def _over_limit(view: DocumentView, draft: Draft, text: str, counter: TokenCounter, config: ChunkingConfig) -> bool:
-    """Whether the rendered chunk is over max_tokens. The estimate from the document's own
-    tokenization can only be off by a few tokens where parts are joined, so only a chunk
-    near the limit is tokenized again."""
+def _token_bound(view: DocumentView, draft: Draft, text: str, counter: TokenCounter, config: ChunkingConfig) -> int:
+    """At most how many model tokens the rendered chunk has. The estimate from the document's own
+    tokenization can only be off by a few tokens where parts are joined, so only a chunk near
+    max_tokens (or one with a prefix line) is tokenized again, and its bound is then exact."""
     estimate = sum(view.count(a, b) for a, b in draft.parts)
-    if not draft.prefix and estimate + max(8, config.max_tokens // 10) < config.max_tokens:
-        return False
-    return counter.count(text) > config.max_tokens
+    bound = estimate + max(8, config.max_tokens // 10)
+    if not draft.prefix and bound < config.max_tokens:
+        return bound
+    return counter.count(text)
 
 
 def finalize(
@@ -261,23 +262,27 @@ def finalize(
     """Renders drafts into ChunkDrafts numbered 0..n-1, with pages (of the blocks the text
     comes from, a repeated header left out), section paths and parent indexes; a retrievable
     chunk over max_tokens (should not happen) is cut by tokens."""
-    rendered: list[tuple[Draft, str]] = []
+    rendered: list[tuple[Draft, str, int]] = []  # (draft, text, token bound; 0 when not known)
     for draft in drafts:
         text = view.render(draft.parts)
         if draft.prefix:
             text = f"{draft.prefix}\n{text}"
         if not text.strip():
             continue
-        if draft.kind is ChunkKind.RETRIEVABLE and _over_limit(view, draft, text, counter, config):
+        if draft.kind is not ChunkKind.RETRIEVABLE:
+            rendered.append((draft, text, 0))
+            continue
+        bound = _token_bound(view, draft, text, counter, config)
+        if bound > config.max_tokens:
             logger.warning("chunk by %s over %d tokens: cut by tokens", draft.chunker, config.max_tokens)
             own = TokenizedText(text, counter.spans(text))
             pieces = own.windows(0, len(text), config.chunk_size)
-            rendered.extend((draft, text[a:b]) for a, b in pieces)
+            rendered.extend((draft, text[a:b], 0) for a, b in pieces)  # a slice re-tokenizes: not known
         else:
-            rendered.append((draft, text))
+            rendered.append((draft, text, bound))
     first_index: dict[int, int] = {}
     out: list[ChunkDraft] = []
-    for index, (draft, text) in enumerate(rendered):
+    for index, (draft, text, bound) in enumerate(rendered):
         first_index.setdefault(id(draft), index)
         pages = [p for b in view.blocks_of(draft.parts) if (p := view.blocks[b].page) is not None]
         parent = first_index.get(id(draft.parent), -1) if draft.parent is not None else -1
@@ -291,6 +296,7 @@ def finalize(
                 section_path=view.blocks[view.block_at(draft.anchor)].section_path,
                 kind=draft.kind,
                 parent_index=parent,
+                token_bound=bound,
             )
         )
     return out

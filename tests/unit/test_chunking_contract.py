@@ -181,6 +181,15 @@ def test_real_markdown_files_meet_the_contract(strategy: str, name: str) -> None
     assert max(COUNTER.count(c.text) for c in retrievable(chunks)) <= config.max_tokens
     assert not missing_words(document, chunks)
     assert all(1 <= c.page_start <= c.page_end for c in chunks)
+    assert_token_bounds_hold(chunks, COUNTER)
+
+
+def assert_token_bounds_hold(chunks: list[ChunkDraft], counter: TokenCounter) -> None:
+    """A retrievable chunk's token_bound (what the context header is cut by, without tokenizing the
+    chunk again) is never below its real count; most chunks have one."""
+    bounded = [c for c in retrievable(chunks) if c.token_bound]
+    assert all(counter.count(c.text) <= c.token_bound for c in bounded)
+    assert len(bounded) >= len(retrievable(chunks)) // 2
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +211,7 @@ def test_model_tokenizer_limit_on_real_files(strategy: str, chunk_size: int, mod
         chunks = chunk(strategy, document, config, model_counter)
         assert max(model_counter.count(c.text) for c in retrievable(chunks)) <= 254
         assert not missing_words(document, chunks)
+        assert_token_bounds_hold(chunks, model_counter)
 
 
 _WORDS = st.sampled_from(
@@ -256,6 +266,7 @@ def test_contract_holds_for_any_document(blocks: list[Block], size: int, extra: 
         chunks = chunk(strategy, document, config)
         assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
         assert all(COUNTER.count(c.text) <= config.max_tokens for c in retrievable(chunks))
+        assert all(COUNTER.count(c.text) <= c.token_bound for c in retrievable(chunks) if c.token_bound)
         assert not missing_words(document, chunks)
         assert all(c.page_start <= c.page_end for c in chunks)
         assert chunks == chunk(strategy, document, config)

@@ -141,6 +141,31 @@ def test_the_planner_plans_with_the_whole_window_and_the_header_gets_what_a_chun
     assert cut_to_tokens("A title | Section", counter, 0) == ""
 
 
+class CountingCounter:
+    def __init__(self) -> None:
+        self.counted: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.counted.append(text)
+        return len(text.split())
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        raise AssertionError("not used")
+
+
+def test_a_chunk_whose_token_bound_leaves_the_whole_header_free_is_not_counted_again() -> None:
+    counter = CountingCounter()
+    text = "word " * 60
+    assert header_budget(text, counter, 100, text_tokens_at_most=67) == MAX_HEADER_TOKENS
+    assert counter.counted == []
+    # a bound that could leave less than the whole header: the text is counted, the budget is exact
+    assert header_budget(text, counter, 100, text_tokens_at_most=80) == MAX_HEADER_TOKENS
+    assert header_budget("word " * 80, counter, 100, text_tokens_at_most=85) == 100 - 80 - 1
+    assert len(counter.counted) == 2
+    with_bound = embedded_text("Title", ("Part",), {}, text, counter, 100, 67)
+    assert with_bound == embedded_text("Title", ("Part",), {}, text, CountingCounter(), 100)
+
+
 async def test_a_chunk_that_fills_the_window_is_embedded_within_it() -> None:
     embedder = RecordingEmbedder()
     embedder_window = embedder.max_tokens
