@@ -121,15 +121,18 @@ class Stack:
         return address
 
     def stop(self) -> None:
+        """Stops the processes one at a time, the last started first, each after the ones started
+        after it have exited (as `make stop` does): a service's graceful shutdown (its last flush,
+        its writer lease) still reaches the milvus-lite server it runs on."""
         for name in reversed(list(self.processes)):
             process = self.processes[name]
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         self.processes.clear()
 
     def __enter__(self) -> Stack:
