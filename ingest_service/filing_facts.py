@@ -295,11 +295,7 @@ def _quarter(m: re.Match[str] | None, rule: str, ended: re.Match[str] | None = N
     return label, end.isoformat() if end else "", f"{rule}: {m[0]!r}" + (f" + {ended[0]!r}" if ended else "")
 
 
-def _dated(pattern: re.Pattern[str], text: str, label: Callable[[date], str], rule: str) -> _Found | None:
-    return _dated_match(pattern.search(text), label, rule)
-
-
-def _dated_match(m: re.Match[str] | None, label: Callable[[date], str], rule: str) -> _Found | None:
+def _dated(m: re.Match[str] | None, label: Callable[[date], str], rule: str) -> _Found | None:
     end = _to_date(m["date"]) if m else None
     return (label(end), end.isoformat(), f"{rule}: {m[0]!r}") if m and end else None
 
@@ -324,6 +320,7 @@ def _period_rules(text: str) -> dict[str, _Found | None]:
     fy, year = "fy" in lower, "year" in lower
     annual = _ANNUAL_TITLE.search(text) if "annual" in lower else None
     ended = _QUARTER_ENDED.search(text) if ended_word and (quarter or "three" in lower) else None
+    year_ended = _YEAR_ENDED.search(text) if year and ended_word else None
     headline = _HEADLINE_QUARTER.search(text[:_HEADLINE_CHARS]) if ended and quarter else None
     fiscal_patterns = (
         ((_FISCAL_QUARTER[0], _FISCAL_QUARTER[1]) if fiscal and quarter else ())
@@ -339,12 +336,8 @@ def _period_rules(text: str) -> dict[str, _Found | None]:
             _quarter(_ORDINAL_QUARTER_ENDED.search(text), "quarter ended") if quarter and ended_word else None
         ),
         "headline quarter": _quarter(headline, "headline quarter", ended),
-        "calendar quarter": _dated_match(ended, _calendar_quarter, "calendar quarter of period end"),
-        "year ended": (
-            _dated(_YEAR_ENDED, text, lambda end: f"FY{_fiscal_year(end)}", "fiscal year ended")
-            if year and ended_word
-            else None
-        ),
+        "calendar quarter": _dated(ended, _calendar_quarter, "calendar quarter of period end"),
+        "year ended": _dated(year_ended, lambda end: f"FY{_fiscal_year(end)}", "fiscal year ended"),
         "annual title": (f"FY{annual['y'] or annual['y2']}", "", f"annual report: {annual[0]!r}") if annual else None,
         "statement period": _statement_end(text) if statement else None,
     }

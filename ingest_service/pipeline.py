@@ -40,7 +40,7 @@ from ragrpc.context_header import embedded_text
 from ragrpc.embeddings import Embedder
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
-from ragrpc.tokens import Span, TokenCounter
+from ragrpc.tokens import KeptShortCounts, TokenCounter
 from ragrpc.tracing import NoopTracer, Tracer
 
 logger = logging.getLogger(__name__)
@@ -356,7 +356,8 @@ class IngestPipeline:
             return lambda draft: draft.text
         if self._header_counter is None:
             self._header_counter = self._embedder.token_counter()
-        counter, window = _HeaderCounts(self._header_counter), self._embedder.max_tokens
+        # a document's chunks share their header: its count is kept for the next chunk
+        counter, window = KeptShortCounts(self._header_counter), self._embedder.max_tokens
 
         return lambda draft: embedded_text(
             title, draft.section_path, metadata, draft.text, counter, window, draft.token_bound
@@ -365,30 +366,6 @@ class IngestPipeline:
     async def _fail(self, attempt: Attempt, error: errors.RagrpcError, report: ProgressCallback) -> None:
         await self._lifecycle.fail(attempt, error)
         report(ProgressEvent.failed(attempt.record.document_id, error))
-
-
-class _HeaderCounts:
-    """One document's token counter: the document's chunks share their context header (title and
-    facts; the section path changes less often than the chunk), so a header's count is kept for the
-    next chunk instead of tokenizing it again."""
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
-        self._counts: dict[str, int] = {}
-
-    def count(self, text: str) -> int:
-        if len(text) > _KEPT_CHARS:  # a chunk's own text, counted once: not kept
-            return self._counter.count(text)
-        found = self._counts.get(text)
-        if found is None:
-            found = self._counts[text] = self._counter.count(text)
-        return found
-
-    def spans(self, text: str) -> list[Span]:
-        return self._counter.spans(text)
-
-
-_KEPT_CHARS = 512  # counts of texts up to this long are kept (headers, and the odd short chunk)
 
 
 def _clear_frames(exc: BaseException) -> None:

@@ -75,6 +75,28 @@ class WordTokenCounter:
         return [m.span() for m in self._pattern.finditer(text)]
 
 
+class KeptShortCounts:
+    """A counter over `counter` that keeps the counts of short texts it was asked for: the context
+    headers of one document's chunks, counted for every chunk. Longer texts (a chunk's own) are
+    counted each time and not kept. Made per document, so what it keeps goes with it."""
+
+    def __init__(self, counter: TokenCounter, kept_chars: int = 512) -> None:
+        self._counter = counter
+        self._kept_chars = kept_chars
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        if len(text) > self._kept_chars:
+            return self._counter.count(text)
+        found = self._counts.get(text)
+        if found is None:
+            found = self._counts[text] = self._counter.count(text)
+        return found
+
+    def spans(self, text: str) -> list[Span]:
+        return self._counter.spans(text)
+
+
 def _tiktoken_cache_dir() -> Path:
     configured = os.environ.get("TIKTOKEN_CACHE_DIR")
     if configured:
