@@ -14,13 +14,14 @@ Backends (same model, same `model_id`, vectors equal within tolerance):
   onnx       ONNX Runtime, fp32 (exported the same way)
   torch      sentence-transformers on PyTorch, fp32 (this class's default)
 The ONNX backends embed through ragrpc.onnx_encoder (tokenizer, session, numpy pooling: one GIL
-release a forward batch instead of sentence-transformers' torch hand-overs), with `encode`'s
-batches and vectors; a model it does not reproduce embeds through `encode`.
+release a forward batch instead of sentence-transformers' torch hand-overs), each forward batch
+holding texts of similar token length; a model it does not reproduce embeds through `encode`.
 Streams: with `streams` > 1 the embedder loads that many model instances, each running on
-cores/streams threads, and spreads the forward batches of every call over them (texts sorted
-by length first, as sentence-transformers does). On a machine whose cores other work also
-uses (the ingest service: extraction, gRPC, the store), independent 1-thread streams keep the
-cores busy where one multi-threaded stream waits at every operator for its slowest thread.
+cores/streams threads, and spreads the forward batches of every call over them (cut as one
+stream would cut them: longest first, by tokens on the ONNX path, by characters through
+`encode`). On a machine whose cores other work also uses (the ingest service: extraction, gRPC,
+the store), independent 1-thread streams keep the cores busy where one multi-threaded stream
+waits at every operator for its slowest thread.
 The ONNX cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
 system temp directory when the home directory is not writable).
 """
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragrpc.config import BUNDLED_MODEL, Settings
-from ragrpc.onnx_encoder import OnnxEncoder
+from ragrpc.onnx_encoder import OnnxEncoder, forward_batches
 from ragrpc.onnx_export import cpu_quantization_config, default_onnx_cache_dir, prepare_onnx_model_isolated
 from ragrpc.openai_embeddings import PROVIDER as OPENAI_PROVIDER
 from ragrpc.openai_embeddings import openai_embedder_from_settings
@@ -239,11 +240,16 @@ class SentenceTransformerEmbedder:
         model = self._loaded
         if self._pool is None:
             return self._encode(model, texts)
-        # Longest first, cut into forward batches, spread over the streams (sentence-transformers
-        # sorts the same way inside one call, so the padding is the same as one stream's).
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
-        futures = [self._pool.submit(self._encode_on_stream, [texts[i] for i in batch]) for batch in batches]
+        # Cut into forward batches as one stream would (longest first), spread over the streams.
+        direct = self._direct.get(id(model))
+        if direct is not None:
+            encodings = direct.tokenize(texts)  # only reads the tokenizer: safe beside the streams
+            batches = forward_batches([len(e.ids) for e in encodings], self._batch_size)
+            futures = [self._pool.submit(self._forward_on_stream, [encodings[i] for i in b]) for b in batches]
+        else:
+            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # as encode orders them
+            batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+            futures = [self._pool.submit(self._encode_on_stream, [texts[i] for i in b]) for b in batches]
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         for batch, future in zip(batches, futures, strict=True):
             vectors[batch] = future.result()
@@ -251,6 +257,11 @@ class SentenceTransformerEmbedder:
 
     def _encode_on_stream(self, texts: list[str]) -> np.ndarray:
         return self._encode(self._stream_model.model, texts)
+
+    def _forward_on_stream(self, encodings: list[Any]) -> np.ndarray:
+        direct = self._direct[id(self._stream_model.model)]
+        assert direct is not None  # every stream's model is the same kind as the first
+        return direct.forward(encodings)
 
     def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
         direct = self._direct.get(id(model))
