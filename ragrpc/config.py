@@ -139,8 +139,8 @@ class Settings:
     embedding_call_size: int = _setting(
         128,
         "RAGRPC_EMBEDDING_CALL_SIZE",
-        "Chunks gathered across concurrent documents into one model call (sorted by length, then run in forward "
-        "batches): larger calls pad less and let more documents finish, and write, together",
+        "Chunks gathered across concurrent documents into one model call (ordered by token count, then run in "
+        "forward batches over the streams): larger calls let more documents finish, and write, together",
     )
     embedding_streams: int = _setting(
         2,
