@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragrpc.config import BUNDLED_MODEL, Settings
-from ragrpc.onnx_encoder import OnnxEncoder, forward_batches
+from ragrpc.onnx_encoder import OnnxEncoder
 from ragrpc.onnx_export import cpu_quantization_config, default_onnx_cache_dir, prepare_onnx_model_isolated
 from ragrpc.openai_embeddings import PROVIDER as OPENAI_PROVIDER
 from ragrpc.openai_embeddings import openai_embedder_from_settings
@@ -242,14 +242,11 @@ class SentenceTransformerEmbedder:
             return self._encode(model, texts)
         # Cut into forward batches as one stream would (longest first), spread over the streams.
         direct = self._direct.get(id(model))
-        if direct is not None:
-            encodings = direct.tokenize(texts)  # only reads the tokenizer: safe beside the streams
-            batches = forward_batches([len(e.ids) for e in encodings], self._batch_size)
-            futures = [self._pool.submit(self._forward_on_stream, [encodings[i] for i in b]) for b in batches]
-        else:
-            order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # as encode orders them
-            batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
-            futures = [self._pool.submit(self._encode_on_stream, [texts[i] for i in b]) for b in batches]
+        if direct is not None:  # it only reads its tokenizer: safe beside the streams
+            return direct.encode(texts, self._batch_size, run=self._forward_on_streams)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # as encode orders them
+        batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+        futures = [self._pool.submit(self._encode_on_stream, [texts[i] for i in b]) for b in batches]
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         for batch, future in zip(batches, futures, strict=True):
             vectors[batch] = future.result()
@@ -257,6 +254,11 @@ class SentenceTransformerEmbedder:
 
     def _encode_on_stream(self, texts: list[str]) -> np.ndarray:
         return self._encode(self._stream_model.model, texts)
+
+    def _forward_on_streams(self, groups: list[list[Any]]) -> list[np.ndarray]:
+        assert self._pool is not None
+        futures = [self._pool.submit(self._forward_on_stream, group) for group in groups]
+        return [future.result() for future in futures]
 
     def _forward_on_stream(self, encodings: list[Any]) -> np.ndarray:
         direct = self._direct[id(self._stream_model.model)]

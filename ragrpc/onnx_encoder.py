@@ -14,7 +14,7 @@ pooling over the attention mask and L2 normalisation in numpy. A call's texts ar
 ordered by token count, not by characters as `encode` orders them, so its forward batches pad less.
 Each batch's vectors are `encode`'s own for that batch (the fp32 model's are the same whatever the
 batch; with dynamically quantised int8 weights, whose activation scales depend on the whole batch,
-they move within about 1e-2 of cosine when a text lands in another batch).
+they move slightly when a text lands in another batch, so the default batch is one text).
 
 `OnnxEncoder.of(model)` returns None for any model it does not reproduce (another pooling, a
 lower-casing module, a slow tokenizer, other session inputs); the caller then uses `encode`.
@@ -23,6 +23,7 @@ lower-casing module, a slow tokenizer, other session inputs); the caller then us
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ import numpy as np
 from ragrpc.tokens import private_rust_tokenizer
 
 logger = logging.getLogger(__name__)
+
+RunBatches = Callable[[list[list[Any]]], list[np.ndarray]]  # forward batches of encodings -> their vectors
 
 _KNOWN_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 _OUTPUT = "last_hidden_state"
@@ -67,12 +70,14 @@ class OnnxEncoder:
         model's window, not padded)."""
         return self._tokenizer.encode_batch(texts)
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, run: RunBatches | None = None) -> np.ndarray:
         """Vectors of `texts` (float32, unit length), in their order; forward batches of `batch_size`
-        texts of similar token length (`forward_batches`)."""
+        texts of similar token length (`forward_batches`), each through `forward`, or all of them through
+        `run` (which returns their vectors in order: e.g. spread over several encoders' streams)."""
         encodings = self.tokenize(texts)
         batches = forward_batches([len(e.ids) for e in encodings], batch_size)
-        parts = [self.forward([encodings[i] for i in batch]) for batch in batches]
+        groups = [[encodings[i] for i in batch] for batch in batches]
+        parts = run(groups) if run is not None else [self.forward(group) for group in groups]
         vectors = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
         for batch, part in zip(batches, parts, strict=True):
             vectors[batch] = part
