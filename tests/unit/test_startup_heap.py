@@ -1,4 +1,4 @@
-"""The services take their start-up heap out of the garbage collector's passes (ragrpc.server)."""
+"""The ingest service takes its start-up heap out of the garbage collector's passes (ragrpc.server)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def test_start_up_objects_leave_the_collected_generations_and_young_collections_
         assert gc.get_threshold()[0] == 5000
         later = [["later", [n]] for n in range(10)]  # what the service allocates afterwards is collected as before
         assert all(gc.is_tracked(o) for o in later)
-        assert any(id(o) in {id(x) for x in gc.get_objects(0)} for o in later)
+        youngest = {id(o) for o in gc.get_objects(0)}
+        assert any(id(o) in youngest for o in later)
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
