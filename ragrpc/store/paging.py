@@ -33,12 +33,19 @@ sample did not represent the keys) is split again at the sample's keys inside it
 iterator when none is left. Each range costs one pass of milvus-lite over the collection (2.3 us a
 row), so the chunks' 32-character keys need one range up to about 1.6 million rows.
 
+A page of rows can also be over the answer limit (8,192 chunks of 30 KB each are over 256 MB; a
+chunk's text and BM25 text may each hold 64 KB). A refused page is read again in halves: the first
+query of a scan and an iterator's page with half the page size (the iterator starts again after
+the last row it returned, `pk > last`, so nothing is read twice or skipped), a keyed page's
+`get` as two calls of half its keys; down to one row, whose refusal is raised.
+
 A page size above MAX_QUERY_WINDOW or below 1 is a configuration error; a scan that fails
 part-way raises (it never ends early as if the collection were smaller).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -105,9 +112,14 @@ def scan_rows(
     least `by_key_from_rows` rows, reads every matching key and then the rows by key."""
     size = checked_page_size(page_size)
     rendered = expr.render()
-    probe = _call(
-        conn, lambda c: c.query(collection, filter=rendered, output_fields=output_fields, limit=size), operation
-    )
+    while True:
+        try:
+            probe = conn.call(
+                functools.partial(_query, collection=collection, rendered=rendered, fields=output_fields, limit=size)
+            )
+            break
+        except Exception as exc:  # noqa: BLE001 - the store boundary
+            size = _halved(exc, size, operation, collection)
     if len(probe) < size:
         if probe:
             key = primary_key(probe[0])
@@ -119,7 +131,7 @@ def scan_rows(
         ranges = _KeyRanges(conn, collection, expr, by_key, operation, sample, rows, key_answer_bytes)
         pages = _read_by_key(conn, collection, expr, output_fields, size, operation, ranges)
     else:
-        pages = _iterate(conn, collection, rendered, output_fields, size, operation)
+        pages = _iterate(conn, collection, expr, output_fields, size, operation)
     # the next page is read while the caller works on this one (ragrpc.store.prefetch)
     yield from prefetched(pages, name=f"scan-{operation}")
 
@@ -135,25 +147,72 @@ def primary_key(row: dict[str, Any]) -> str:
     return next((name for name in PRIMARY_KEYS if name in row), "")
 
 
-def _iterate(
-    conn: MilvusConnection, collection: str, expr: str, output_fields: list[str], page_size: int, operation: str
-) -> Iterator[list[dict[str, Any]]]:
-    iterator = _call(
-        conn,
-        lambda c: c.query_iterator(collection, batch_size=page_size, filter=expr, output_fields=output_fields),
+def _query(client: Any, *, collection: str, rendered: str, fields: list[str], limit: int) -> Any:
+    return client.query(collection, filter=rendered, output_fields=fields, limit=limit)
+
+
+def _query_iterator(client: Any, *, collection: str, rendered: str, fields: list[str], batch_size: int) -> Any:
+    return client.query_iterator(collection, batch_size=batch_size, filter=rendered, output_fields=fields)
+
+
+def _halved(exc: Exception, size: int, operation: str, collection: str) -> int:
+    """The page size to ask again with after `exc`: half of `size` when the store refused an answer
+    over its message limit (a page of one row raises); any other failure raises, translated."""
+    if not is_answer_too_large(exc) or size <= 1:
+        raise translate_exception(exc, operation) from exc
+    logger.warning(
+        "%s: a page of %d rows of %s is over the store's answer limit; reading it in pages of %d",
         operation,
+        size,
+        collection,
+        size // 2,
     )
-    try:
-        while True:
-            try:
-                rows = iterator.next()
-            except Exception as exc:  # noqa: BLE001
-                raise translate_exception(exc, operation) from exc
-            if not rows:
-                return
-            yield rows
-    finally:
-        iterator.close()
+    return size // 2
+
+
+def _iterate(
+    conn: MilvusConnection,
+    collection: str,
+    expr: FilterExpr,
+    output_fields: list[str],
+    page_size: int,
+    operation: str,
+    key_field: str = "",
+) -> Iterator[list[dict[str, Any]]]:
+    """A query_iterator's pages in primary-key order; a page over the store's answer limit starts
+    the iterator again after the last row returned (`key_field`, or one of ragrpc's primary keys),
+    with half the page size."""
+    after: tuple[str, Any] | None = None  # (primary-key field, the last key returned)
+    returned = False
+    size = page_size
+    while True:
+        rendered = (and_(expr, Comparison(after[0], ">", after[1])) if after else expr).render()
+        try:
+            iterator = conn.call(
+                functools.partial(
+                    _query_iterator, collection=collection, rendered=rendered, fields=output_fields, batch_size=size
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the store boundary
+            size = _halved(exc, size, operation, collection)
+            continue
+        try:
+            while True:
+                try:
+                    rows = iterator.next()
+                except Exception as exc:  # noqa: BLE001
+                    if returned and after is None:  # rows without a known key: no place to start again
+                        raise translate_exception(exc, operation) from exc
+                    size = _halved(exc, size, operation, collection)
+                    break
+                if not rows:
+                    return
+                key = key_field or primary_key(rows[-1])
+                after = (key, rows[-1][key]) if key else None
+                returned = True
+                yield rows
+        finally:
+            iterator.close()
 
 
 def _read_by_key(
@@ -176,10 +235,23 @@ def _read_by_key(
     fields = sorted(set(output_fields) | expr.fields() | {key_field})
     for start in range(0, len(keys), page_size):
         wanted = keys[start : start + page_size]
-        rows = _call(conn, lambda c: c.get(collection, ids=wanted, output_fields=fields), operation)  # noqa: B023
+        rows = _get_halving(conn, collection, wanted, fields, operation)
         page = sorted((row for row in rows if expr.matches(row)), key=lambda row: row[key_field])
         if page:
             yield page
+
+
+def _get_halving(
+    conn: MilvusConnection, collection: str, keys: list[str], fields: list[str], operation: str
+) -> list[dict[str, Any]]:
+    """The rows of `keys`; an answer over the store's limit is read again as two halves of the keys."""
+    try:
+        return conn.call(lambda c: c.get(collection, ids=keys, output_fields=fields))
+    except Exception as exc:  # noqa: BLE001 - the store boundary
+        half = _halved(exc, len(keys), operation, collection)
+        return _get_halving(conn, collection, keys[:half], fields, operation) + _get_halving(
+            conn, collection, keys[half:], fields, operation
+        )
 
 
 class _KeyRanges:
@@ -245,7 +317,13 @@ class _KeyRanges:
                 return [
                     row[self.key_field]
                     for page in _iterate(
-                        self._conn, self._collection, rendered, [self.key_field], MAX_QUERY_WINDOW, self._operation
+                        self._conn,
+                        self._collection,
+                        expr,
+                        [self.key_field],
+                        MAX_QUERY_WINDOW,
+                        self._operation,
+                        self.key_field,
                     )
                     for row in page
                 ]
