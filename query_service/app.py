@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,8 +229,15 @@ def build_components(
 
 
 async def start_query_server(
-    settings: Settings, components: QueryComponents, address: str | None = None, metrics: Metrics | None = None
+    settings: Settings,
+    components: QueryComponents,
+    address: str | None = None,
+    metrics: Metrics | None = None,
+    after_load: Callable[[], None] | None = None,
 ) -> RunningServer:
+    """Serves `components`; when they were built without loading, loads them in the background
+    (NOT_SERVING meanwhile), then runs `after_load` (the service's main freezes the loaded heap),
+    then reports SERVING."""
     servicer = RetrieveServicer(retrieval=components.retrieval, answers=components.answers, limits=components.limits)
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: retrieve_pb2_grpc.add_RetrieveServiceServicer_to_server(servicer, server)
@@ -252,13 +260,18 @@ async def start_query_server(
     if loaded:
         running.background_tasks += components.start_background()
     else:
-        running.background_tasks.append(asyncio.create_task(_load_then_serve(components, running), name="load"))
+        running.background_tasks.append(
+            asyncio.create_task(_load_then_serve(components, running, after_load), name="load")
+        )
     return running
 
 
-async def _load_then_serve(components: QueryComponents, running: RunningServer) -> None:
+async def _load_then_serve(
+    components: QueryComponents, running: RunningServer, after_load: Callable[[], None] | None = None
+) -> None:
     """Loads the complete index while health says NOT_SERVING (and Retrieve/Ask answer UNAVAILABLE),
-    then reports SERVING and starts following the registry. A failed load is retried with backoff."""
+    runs `after_load`, then reports SERVING and starts following the registry. A failed load is
+    retried with backoff."""
     delay = 1.0
     while True:
         try:
@@ -268,6 +281,8 @@ async def _load_then_serve(components: QueryComponents, running: RunningServer) 
             logger.exception("loading the registry and index failed; retrying in %.0fs", delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+    if after_load is not None:
+        after_load()
     await running.set_serving()
     running.background_tasks += components.start_background()
     logger.info("query service SERVING")

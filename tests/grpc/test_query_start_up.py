@@ -1,6 +1,7 @@
 """The query service listens while it loads its index of the collection: health answers
 NOT_SERVING and Retrieve answers UNAVAILABLE (INDEX_LOADING, with RetryInfo) until the registry
-follower and the BM25 index hold every document; then SERVING, and every document is found."""
+follower and the BM25 index hold every document; then the service's `after_load` runs (its main
+freezes the loaded heap there), then SERVING, and every document is found."""
 
 from __future__ import annotations
 
@@ -50,10 +51,14 @@ async def test_not_serving_and_unavailable_until_the_index_is_loaded(settings: S
         await ingest.pipeline.ingest(IngestItem(settings.tenant, spec, f"Note {i} on wombat{i}.".encode()))
     registry.gate.clear()
     query = build_query(dataclasses.replace(settings), embedder, chunks, registry, load=False)
-    running = await start_query_server(settings, query, "127.0.0.1:0")
+    loaded: list[int] = []  # documents followed when `after_load` ran (the main freezes the heap there)
+    running = await start_query_server(
+        settings, query, "127.0.0.1:0", after_load=lambda: loaded.append(query.follower.document_count)
+    )
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             assert await _status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert loaded == []
             stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
             try:
                 [r async for r in stub.Retrieve(retrieve_pb2.RetrieveRequest(query="wombat3"))]
@@ -69,6 +74,7 @@ async def test_not_serving_and_unavailable_until_the_index_is_loaded(settings: S
                 await asyncio.sleep(0.01)
             assert await _status(channel) == health_pb2.HealthCheckResponse.SERVING
             assert query.follower.document_count == 7
+            assert loaded == [7]  # once, after the whole load, before SERVING (the load task's order)
             request = retrieve_pb2.RetrieveRequest(
                 query="wombat3", options=retrieve_pb2.RetrievalOptions(mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE)
             )
