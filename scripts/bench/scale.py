@@ -24,6 +24,7 @@ names them; when one is taken, the collection is built anew). Results go to docs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import json
@@ -31,6 +32,7 @@ import os
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from query_service.app import build_components as build_query
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder, embedder_from_settings
+from ragrpc.server import freeze_startup_heap
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import index_config, open_milvus_stores
 from ragrpc.store.request_filter import filter_from_request
@@ -239,12 +242,13 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
         row["exact_numpy_ms"] = _p(exact_s)
         row["dense_recall_at_10"] = float(recall)
         row["dense_search"] = query.retrieval._dense.name  # RAGRPC_DENSE_SEARCH resolved (auto)
-        for mode in MODES:
-            seconds, stages, hits = _retrieve_times(query, queries, mode)
-            row[f"retrieve_{mode}_ms"] = _p(seconds)
-            row[f"stages_{mode}_ms"] = stages
-            if mode == "dense":  # the queries' embeddings are the floors' query vectors: the same exact top-10
-                row["retrieve_dense_recall_at_10"] = _recall(hits, exact_rows)
+        with _heap_frozen_as_the_service_does():
+            for mode in MODES:
+                seconds, stages, hits = _retrieve_times(query, queries, mode)
+                row[f"retrieve_{mode}_ms"] = _p(seconds)
+                row[f"stages_{mode}_ms"] = stages
+                if mode == "dense":  # the queries' embeddings are the floors' query vectors: the same exact top-10
+                    row["retrieve_dense_recall_at_10"] = _recall(hits, exact_rows)
         query.executor.shutdown(wait=False)
         stores.connection.reset()
         del query
@@ -255,6 +259,20 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
         return row
     finally:
         backend.stop()
+
+
+@contextlib.contextmanager
+def _heap_frozen_as_the_service_does() -> Iterator[None]:
+    """The query service's main freezes its heap once the index is loaded (ragrpc.server.freeze_startup_heap),
+    so `Retrieve` is timed in that state here too; afterwards the bench process's heap is unfrozen (the next
+    size's components replace these) and the collector's thresholds restored."""
+    threshold = gc.get_threshold()
+    freeze_startup_heap()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 def _p(seconds: list[float]) -> dict[str, float]:
