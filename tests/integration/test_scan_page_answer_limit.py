@@ -22,7 +22,7 @@ from ragrpc.store.filters import FilterBuilder, FilterExpr
 from ragrpc.store.milvus_connection import MilvusConnection
 from tests.integration.test_keyed_scan_answer_limit import CountingConnection
 from tests.integration.test_store_failures import StatusError
-from tests.support.milvus235 import Milvus235, milvus_server_executable
+from tests.support.milvus235 import running_or_skipped
 from tests.support.milvus_server import start_milvus_lite
 
 pytestmark = pytest.mark.slow
@@ -48,17 +48,9 @@ def uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def uri_235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    executable, reason = milvus_server_executable()
-    if executable is None:
-        print(f"\nSKIP Milvus 2.3.5 page halving: {reason}")
-        pytest.skip(reason)
-    server = Milvus235(executable, tmp_path_factory.mktemp("milvus235"))
-    try:
-        server.start()
+    with running_or_skipped(tmp_path_factory.mktemp("milvus235"), "Milvus 2.3.5 page halving") as server:
         _fill(MilvusClient(uri=server.uri), consistency_level="Strong")
         yield server.uri
-    finally:
-        server.stop()
 
 
 class ClientLimitedConnection(CountingConnection):

@@ -32,7 +32,7 @@ from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_gr
 from tests.reliability.conftest import ServiceProcess, free_port, print_table, service_env
 from tests.support import hostile_inputs as hi
 from tests.support.async_calls import eventually, retrieve_chunks, upload_document
-from tests.support.milvus235 import Milvus235, milvus_server_executable
+from tests.support.milvus235 import Milvus235, running_or_skipped
 from tests.support.store_invariants import check_invariants
 
 REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -40,16 +40,8 @@ REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 @pytest.fixture(scope="module")
 def milvus235(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Milvus235]:
-    executable, reason = milvus_server_executable()
-    if executable is None:
-        print(f"\nSKIP test_milvus_235: {reason}")
-        pytest.skip(reason)
-    server = Milvus235(executable, tmp_path_factory.mktemp("milvus235"))
-    try:
-        server.start()
+    with running_or_skipped(tmp_path_factory.mktemp("milvus235"), "test_milvus_235") as server:
         yield server
-    finally:
-        server.stop()
 
 
 HERONS = (

@@ -5,6 +5,7 @@ whole process group."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.milvus_server import free_port
@@ -140,3 +142,21 @@ class Milvus235:
             os.killpg(self.process.pid, signal.SIGKILL)  # the child, whatever the parent did
         except ProcessLookupError:
             pass
+
+
+@contextlib.contextmanager
+def running_or_skipped(root: Path, label: str) -> Iterator[Milvus235]:
+    """A test fixture's server: started on free ports under `root`, stopped at the end; when the `milvus`
+    package is not installed the test is skipped, printing why under `label`."""
+    import pytest  # only tests call this; the scale bench imports the module without pytest's help
+
+    executable, reason = milvus_server_executable()
+    if executable is None:
+        print(f"\nSKIP {label}: {reason}")
+        pytest.skip(reason)
+    server = Milvus235(executable, root)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
