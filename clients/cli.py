@@ -75,6 +75,14 @@ def _add_retrieval_options(parser: argparse.ArgumentParser, default_top_k: int) 
     parser.add_argument("--source", action="append", default=[], help="only this source (repeatable)")
     parser.add_argument("--tag", action="append", default=[], help="only documents with this tag (repeatable)")
     parser.add_argument("--document", action="append", default=[], metavar="ID", help="only this document (repeatable)")
+    facts = (  # the facts the ingest service finds in filings and reports (Document.metadata)
+        ("--organization", "NAME", 'only documents of this organisation, as metadata shows it ("Amazon.com, Inc.")'),
+        ("--ticker", "SYMBOL", 'only documents of this trading symbol ("AMD")'),
+        ("--document-type", "TYPE", 'only documents of this type ("10-K", "10-Q", "earnings release", ...)'),
+        ("--fiscal-period", "PERIOD", 'only documents of this fiscal period ("FY2017", "2018-Q2")'),
+    )
+    for flag, metavar, text in facts:
+        parser.add_argument(flag, action="append", default=[], metavar=metavar, help=f"{text} (repeatable)")
     parser.add_argument("--after", metavar="ISO_DATE", help="only documents dated at or after this")
     parser.add_argument("--before", metavar="ISO_DATE", help="only documents dated before this")
 

@@ -190,6 +190,10 @@ def retrieval_options(args: argparse.Namespace) -> dict[str, Any]:
         "sources": args.source,
         "tags": args.tag,
         "document_ids": args.document,
+        "organizations": args.organization,
+        "tickers": [symbol.upper() for symbol in args.ticker],
+        "document_types": args.document_type,
+        "fiscal_periods": args.fiscal_period,
         "after": _date(args.after),
         "before": _date(args.before),
     }

@@ -34,13 +34,26 @@ RETRIEVAL_OPTION_NAMES = frozenset(
         "sources",
         "media_types",
         "tags",
+        "organizations",
+        "tickers",
+        "document_types",
+        "fiscal_periods",
         "after",
         "before",
     }
 )
 ASK_OPTION_NAMES = frozenset({"template", "history", "max_answer_tokens", "token_budget", "temperature"})
 _OPTIONAL_FLOATS = ("dense_weight", "sparse_weight", "mmr_lambda", "min_score")
-_FILTER_LISTS = ("document_ids", "sources", "media_types", "tags")
+_FILTER_LISTS = (
+    "document_ids",
+    "sources",
+    "media_types",
+    "tags",
+    "organizations",  # the facts of filings and reports (Document.metadata), exact values
+    "tickers",
+    "document_types",
+    "fiscal_periods",
+)
 ChunkingLike = str | Mapping[str, Any] | ingest_pb2.ChunkingOptions | None
 
 

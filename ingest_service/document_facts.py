@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -9,7 +10,7 @@ from pathlib import PurePath
 from ingest_service.filing_facts import extract_filing_facts, meaningful_title
 from ingest_service.metadata import document_metadata
 from ingest_service.requests import IngestItem
-from ragrpc.context_header import FACT_KEYS
+from ragrpc.context_header import FACT_KEYS, facts_phrase
 from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
 
 _COVER_CHARS = 8000  # what the filing-facts rules read of a document's first pages
@@ -96,24 +97,41 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
 def choose_title(given: str, extracted: ExtractedDocument, file_name: str, facts: dict[str, str]) -> tuple[str, str]:
     """The document's title and where it came from (recorded as metadata `title_source`): the one
     the caller gave; the file's own title when it is one (not an identifier, a path, a placeholder);
-    the document's first heading; for filings and reports, organisation, document type and period;
-    the first short line of text; the file name."""
+    the document's first heading (for a filing or report, only one that names its organisation); for
+    filings and reports, organisation, ticker, document type and period; the first short line of text;
+    the file name."""
     if given.strip():
         return given.strip(), "request"
     own = extracted.metadata.title.strip()
     if own and meaningful_title(own, file_name=file_name):
         return own[:300], "file metadata"
+    filing = facts.get("organization") and (facts.get("document_type") or facts.get("fiscal_period"))
     heading = next((b for b in extracted.blocks if b.kind is BlockKind.HEADING and b.text.strip()), None)
-    if heading is not None and meaningful_title(" ".join(heading.text.split())):
-        return " ".join(heading.text.split())[:300], "first heading"
-    if facts.get("organization") and (facts.get("document_type") or facts.get("fiscal_period")):
-        return " ".join(facts[k] for k in FACT_KEYS if facts.get(k)), "filing facts"
+    heading_text = " ".join(heading.text.split()) if heading is not None else ""
+    if heading_text and meaningful_title(heading_text) and (not filing or names_organization(heading_text, facts)):
+        return heading_text[:300], "first heading"
+    if filing:  # a filing's first heading that names no company ("SECURITIES AND EXCHANGE COMMISSION", "FORM 10-K")
+        return facts_phrase(facts), "filing facts"
     for line in extracted.text[:2000].splitlines():
         line = " ".join(line.split())
         if 3 <= len(line) <= 120 and sum(ch.isalpha() for ch in line) >= 3 and meaningful_title(line):
             return line, "first line"
     stem = PurePath(file_name).stem if file_name else ""
     return (stem or "untitled"), ("file name" if stem else "none")
+
+
+_NOT_NAME_WORDS = frozenset(
+    "the and of inc incorporated corp corporation co company companies ltd limited plc llc lp group holdings"
+    " international".split()
+)
+
+
+def names_organization(text: str, facts: dict[str, str]) -> bool:
+    """Whether `text` names the organisation of `facts`: its ticker, or one of the first two words of its name
+    that are not legal or common words ("Amazon.com, Inc." -> amazon, com; "The Coca-Cola Company" -> coca, cola)."""
+    words = set(re.findall(r"[^\W_]+", text.casefold()))
+    name = [w for w in re.findall(r"[^\W_]+", facts.get("organization", "").casefold()) if w not in _NOT_NAME_WORDS]
+    return bool(words & set(name[:2])) or facts.get("ticker", "").casefold() in words - {""}
 
 
 def no_text_message(extracted: ExtractedDocument) -> str:

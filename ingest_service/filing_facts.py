@@ -14,6 +14,10 @@ nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, 
   its charter)"; else "Name, Inc. (NASDAQ: TICK)"; else a name-like line ending in a legal suffix among the first
   lines. ALL-CAPS names are title-cased word by word ("AMAZON.COM, INC." -> "Amazon.com, Inc."); words of three
   letters or fewer (IBM, AT&T, 3M, N.V.) stay as written; sources keep the raw text.
+- ticker, only for a document of a known type: the trading symbol of the first class of securities in a cover's
+  "Trading Symbol(s)" table (as lines of text or as a table; symbols with digits, of notes such as "JNJ24C", are
+  skipped), else the first "(NYSE: JNJ)" / "(Nasdaq: AMD)". Questions name companies by ticker ("AMD", "JnJ");
+  an all-capitals cover, where a symbol can't be told from the words around it, gives none.
 - fiscal_period: "FY<year>", the year of the fiscal year's end less 7 days (a 52/53-week year ending January 1,
   2017 is FY2016), or "<year>-Q<n>". A quarter the text states ("first quarter of fiscal 2019", "Q1 FY19", "fourth
   quarter and full year 2017 results") is used as stated; "<n>th quarter ended <date>" (or a headline's "Third
@@ -43,6 +47,7 @@ class FilingFacts:
     fiscal_period: str = ""  # "FY2017" or "2018-Q2", or ""
     period_end: str = ""  # ISO date, or ""
     sources: dict[str, str] = field(default_factory=dict, hash=False)  # field name -> "rule: 'text'"
+    ticker: str = ""  # trading symbol, e.g. "AMD", or ""
 
 
 def _rx(pattern: str, flags: int = re.A | re.I) -> re.Pattern[str]:  # ASCII folding: no Kelvin sign for "k"
@@ -268,6 +273,65 @@ def _organization(head: str, flat: str) -> tuple[str, str]:
     return "", ""
 
 
+# --- ticker ---------------------------------------------------------------------------------------------------
+_SYMBOL_HEADER = _rx(r"\btrading\s+symbols?\b|\bticker\s+symbols?\b|\bsymbol\(s\)")
+_SYMBOL = _rx(r"[A-Z]{1,5}(?:[.-][A-Z]{1,2})?", 0)  # AMD, GOOGL, BRK.B, BF-B
+_SYMBOL_SECTION_END = _rx(r"section\s+12\s*\(g\)|indicate\s+by\s+check|^none$", re.I)
+_NOT_SYMBOLS = frozenset(  # capitals on a cover's securities line that are not a trading symbol
+    "NYSE NASDAQ AMEX LLC INC CORP USD EUR GBP ADS ADR ETF PLC SA NV AG SE LP NA II III IV VI I V X N A".split()
+)
+_CLASS_OR_EXCHANGE = _rx(r"\bclass\b|\bexchange\b")
+_CLASS_WORD = _rx(r"(?:class|series|par|no\.?)$", re.I)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _symbol_in_words(line: str) -> str:
+    """The first word of `line` that can only be a symbol: capitals, not an exchange or legal word, and neither
+    word beside it in capitals ("NEW YORK STOCK EXCHANGE" or "COMMON STOCK" are not symbols)."""
+    words = line.replace("|", " ").split()
+    caps = [w.strip(",;()") for w in words]
+
+    def capital_word(word: str) -> bool:
+        return len(word) > 1 and word.isalpha() and word.isupper() and word not in _NOT_SYMBOLS
+
+    for i, word in enumerate(caps):
+        if word in _NOT_SYMBOLS or not _SYMBOL.fullmatch(word) or (i and _CLASS_WORD.match(caps[i - 1])):
+            continue
+        if not (i and capital_word(caps[i - 1])) and not (i + 1 < len(caps) and capital_word(caps[i + 1])):
+            return word
+    return ""
+
+
+def _ticker(head: str, flat: str) -> tuple[str, str]:
+    lines = head.split("\n")
+    for index, line in enumerate(lines):
+        if not (_SYMBOL_HEADER.search(line) and _CLASS_OR_EXCHANGE.search(line)):
+            continue  # the header of the cover's securities table names the symbol with the class or exchange
+        rows = [row for row in lines[index + 1 : index + 9] if row.strip()]
+        column = next((i for i, cell in enumerate(_cells(line)) if _SYMBOL_HEADER.search(cell)), -1)
+        for row in rows:
+            if _SYMBOL_SECTION_END.search(row):
+                break
+            if column >= 0 and line.lstrip().startswith("|") and row.lstrip().startswith("|"):  # its column
+                cells = _cells(row)
+                value = cells[column].strip() if column < len(cells) else ""
+                if value and set(value) <= set("-: "):
+                    continue  # the markdown separator row
+                symbol = next((s for s in re.split(r"[,;/\s]+", value) if _SYMBOL.fullmatch(s)), "")
+            else:
+                symbol = _symbol_in_words(row)
+            if symbol and symbol not in _NOT_SYMBOLS:
+                return symbol, f"trading symbol: {row!r}"
+        break
+    for m in _TICKER.finditer(flat):
+        if _SYMBOL.fullmatch(symbol := m[0].split(":", 1)[1].strip(" )").split(",")[0].strip().rstrip(".")):
+            return symbol, f"exchange and symbol: {m[0]!r}"
+    return "", ""
+
+
 _Found = tuple[str, str, str]  # (fiscal_period, period_end, source)
 
 
@@ -392,7 +456,9 @@ def extract_filing_facts(text: str, *, title: str = "", file_name: str = "") -> 
     usable_title = " ".join(title.split()) if meaningful_title(title, file_name=file_name) else ""
     doc_type, type_source = _document_type(head, flat, usable_title, file_name)
     organization, organization_source = _organization(head, flat) if doc_type else ("", "")
+    ticker, ticker_source = _ticker(head, flat) if doc_type else ("", "")
     (period, end, period_source), end_source = _period(f"{usable_title} | {flat}", doc_type)
-    sources = {"document_type": type_source, "organization": organization_source}
+    sources = {"document_type": type_source, "organization": organization_source, "ticker": ticker_source}
     sources |= {"fiscal_period": period_source if period else "", "period_end": end_source if end else ""}
-    return FilingFacts(organization, doc_type, period, end, {key: value for key, value in sources.items() if value})
+    kept = {key: value for key, value in sources.items() if value}
+    return FilingFacts(organization, doc_type, period, end, kept, ticker=ticker)

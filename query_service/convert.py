@@ -77,6 +77,7 @@ def retrieval_query(
             key: values
             for key, values in (
                 ("organization", list(flt.organizations)),
+                ("ticker", list(flt.tickers)),
                 ("document_type", list(flt.document_types)),
                 ("fiscal_period", list(flt.fiscal_periods)),
             )

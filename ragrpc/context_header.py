@@ -18,6 +18,7 @@ with its title) gets no second copy of it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,8 @@ MAX_HEADER_TOKENS = 32
 SEPARATOR = " | "
 # Chunk metadata keys of the facts found in filings and reports (ingest_service.filing_facts), in
 # the order the header names them.
-FACT_KEYS = ("organization", "document_type", "fiscal_period")
+FACT_KEYS = ("organization", "ticker", "document_type", "fiscal_period")
+_WORDS = re.compile(r"[^\W_]+")
 
 
 def context_header(
@@ -41,12 +43,9 @@ def context_header(
     type, fiscal period) that the title does not already say, then the section path. The title is
     left out when `text`, the chunk's own text, already begins with it."""
     title = " ".join(title.split()) if title else ""
-    said = title.casefold()
     parts = [title] if title and not _begins_with(text, title) else []
-    facts = [str((metadata or {}).get(key) or "").strip() for key in FACT_KEYS]
-    facts = [fact for fact in facts if fact and fact.casefold() not in said]
-    if facts:
-        parts.append(" ".join(facts))
+    if facts := facts_phrase(metadata, said=title):
+        parts.append(facts)
     sections = [" ".join(s.split()) for s in section_path if s and s.strip()]
     # a section path that repeats the title (a document whose first heading is its title) adds nothing
     if sections and parts and sections[0].casefold() == parts[0].casefold():
@@ -54,6 +53,26 @@ def context_header(
     if sections:
         parts.append(" > ".join(sections))
     return SEPARATOR.join(parts)
+
+
+def facts_phrase(metadata: Mapping[str, Any] | None, said: str = "") -> str:
+    """The facts of `FACT_KEYS` in `metadata` that `said` (the title) does not already say, in one
+    phrase: "Advanced Micro Devices, Inc. (AMD) 10-K FY2022". A ticker is in parentheses, and left
+    out when `said` or the organisation already has it as a word."""
+    said_text = said.casefold()
+    parts: list[str] = []
+    for key in FACT_KEYS:
+        value = " ".join(str((metadata or {}).get(key) or "").split())
+        if not value:
+            continue
+        if key == "ticker":
+            if value.casefold() in _WORDS.findall(f"{said_text} {' '.join(parts).casefold()}"):
+                continue
+            value = f"({value})"
+        elif value.casefold() in said_text:
+            continue
+        parts.append(value)
+    return " ".join(parts)
 
 
 def _begins_with(text: str, title: str) -> bool:

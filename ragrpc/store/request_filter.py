@@ -52,7 +52,7 @@ def filter_from_request(
         if values:
             with relabel(f"options.filter.{request_field}"):
                 parts.append(make(field_name, values))
-    for key, values in (facts or {}).items():  # organization, document_type, fiscal_period
+    for key, values in (facts or {}).items():  # organization, ticker, document_type, fiscal_period
         values = list(values)
         if values:
             with relabel(f"options.filter.{key}s"):

@@ -42,7 +42,7 @@ METADATA = "metadata"  # JSON, not filterable (kept out of hot filters)
 
 # Keys of the METADATA JSON a query may filter on (`metadata["key"] in [...]`): the facts the ingest
 # service finds in filings and reports (ingest_service.filing_facts; ragrpc.context_header.FACT_KEYS).
-FILTERABLE_METADATA_KEYS = ("organization", "document_type", "fiscal_period")
+FILTERABLE_METADATA_KEYS = ("organization", "ticker", "document_type", "fiscal_period")
 MAX_METADATA_VALUE_CHARS = 4096
 
 SECTION_SEPARATOR = " > "

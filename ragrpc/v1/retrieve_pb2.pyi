@@ -43,7 +43,7 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_NO_SOURCES: FinishReason
 
 class MetadataFilter(_message.Message):
-    __slots__ = ("document_ids", "sources", "media_types", "tags", "document_time_after", "document_time_before", "organizations", "document_types", "fiscal_periods")
+    __slots__ = ("document_ids", "sources", "media_types", "tags", "document_time_after", "document_time_before", "organizations", "document_types", "fiscal_periods", "tickers")
     DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPES_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class MetadataFilter(_message.Message):
     ORGANIZATIONS_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_TYPES_FIELD_NUMBER: _ClassVar[int]
     FISCAL_PERIODS_FIELD_NUMBER: _ClassVar[int]
+    TICKERS_FIELD_NUMBER: _ClassVar[int]
     document_ids: _containers.RepeatedScalarFieldContainer[str]
     sources: _containers.RepeatedScalarFieldContainer[str]
     media_types: _containers.RepeatedScalarFieldContainer[str]
@@ -62,7 +63,8 @@ class MetadataFilter(_message.Message):
     organizations: _containers.RepeatedScalarFieldContainer[str]
     document_types: _containers.RepeatedScalarFieldContainer[str]
     fiscal_periods: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, document_ids: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[str]] = ..., media_types: _Optional[_Iterable[str]] = ..., tags: _Optional[_Iterable[str]] = ..., document_time_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., document_time_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., organizations: _Optional[_Iterable[str]] = ..., document_types: _Optional[_Iterable[str]] = ..., fiscal_periods: _Optional[_Iterable[str]] = ...) -> None: ...
+    tickers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, document_ids: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[str]] = ..., media_types: _Optional[_Iterable[str]] = ..., tags: _Optional[_Iterable[str]] = ..., document_time_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., document_time_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., organizations: _Optional[_Iterable[str]] = ..., document_types: _Optional[_Iterable[str]] = ..., fiscal_periods: _Optional[_Iterable[str]] = ..., tickers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetrievalOptions(_message.Message):
     __slots__ = ("top_k", "mode", "fusion", "candidates", "rrf_k", "dense_weight", "sparse_weight", "rerank", "mmr_lambda", "min_score", "include_parent", "filter", "collection")

@@ -101,6 +101,40 @@ async def test_failed_documents_and_error_exit_codes(fake_stack, tmp_path: Path,
     assert (await _cli(capsys, "--query", "127.0.0.1:1", "search", "milvus"))[0] == 5
 
 
+def _filing(company: str, ticker: str, year: int) -> str:
+    return (
+        "UNITED STATES\nSECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\n"
+        f"For the fiscal year ended December 31, {year}\n{company}\n"
+        "(Exact name of registrant as specified in its charter)\n"
+        "Title of each class Trading Symbol(s) Name of each exchange on which registered\n"
+        f"Common Stock, $0.01 par value {ticker} The Nasdaq Global Select Market\n\n"
+        f"Net revenue for {year} was reported in the consolidated statements of operations.\n"
+    )
+
+
+async def test_search_by_the_facts_of_filings(fake_stack, tmp_path: Path, capsys) -> None:
+    ingest, query = ("--ingest", fake_stack.ingest_address), ("--query", fake_stack.query_address)
+    (tmp_path / "amd-2022.txt").write_text(_filing("ADVANCED MICRO DEVICES, INC.", "AMD", 2022))
+    (tmp_path / "amd-2021.txt").write_text(_filing("ADVANCED MICRO DEVICES, INC.", "AMD", 2021))
+    (tmp_path / "nvda-2022.txt").write_text(_filing("NVIDIA CORPORATION", "NVDA", 2022))
+    code, out, _ = await _cli(capsys, *ingest, "--json", "ingest", str(tmp_path))
+    names = {r["document_id"]: Path(r["file"]).stem for r in _json_lines(out)}
+    assert code == 0 and len(names) == 3
+    await fake_stack.followed()
+
+    async def documents(*flags: str) -> set[str]:
+        code, out, err = await _cli(capsys, *query, "--json", "search", "net revenue", "--top-k", "10", *flags)
+        assert code == 0, err
+        return {names[r["chunk"]["document_id"]] for r in _json_lines(out) if r["type"] == "hit"}
+
+    assert await documents() == {"amd-2022", "amd-2021", "nvda-2022"}
+    assert await documents("--ticker", "amd") == {"amd-2022", "amd-2021"}
+    assert await documents("--ticker", "AMD", "--fiscal-period", "FY2022") == {"amd-2022"}
+    assert await documents("--organization", "Nvidia Corporation", "--document-type", "10-K") == {"nvda-2022"}
+    assert await documents("--ticker", "NVDA", "--ticker", "AMD", "--fiscal-period", "FY2021") == {"amd-2021"}
+    assert await documents("--document-type", "10-Q") == set()
+
+
 async def test_parallel_uploads_report_every_file(fake_stack, tmp_path: Path, capsys) -> None:
     ingest = ("--ingest", fake_stack.ingest_address)
     for number in range(6):

@@ -214,9 +214,9 @@ def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:
 
 def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores) -> None:
     facts = [
-        {"organization": "Amazon.com, Inc.", "document_type": "10-K", "fiscal_period": "FY2017"},
+        {"organization": "Amazon.com, Inc.", "ticker": "AMZN", "document_type": "10-K", "fiscal_period": "FY2017"},
         {"organization": "Amazon.com, Inc.", "document_type": "10-Q", "fiscal_period": "2018-Q2"},
-        {"organization": "Apple Inc.", "document_type": "10-K", "fiscal_period": "FY2017"},
+        {"organization": "Apple Inc.", "ticker": "AAPL", "document_type": "10-K", "fiscal_period": "FY2017"},
         {},
     ]
     chunks = [dataclasses.replace(_chunk(i, document_id=f"d{i}"), metadata=m) for i, m in enumerate(facts)]
@@ -233,6 +233,7 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     assert found(organization=["Amazon.com, Inc."], document_type=["10-K"]) == {"d0"}
     assert found(fiscal_period=["FY2017"], document_type=["10-K", "10-Q"]) == {"d0", "d2"}
     assert found(organization=["amazon.com, inc."]) == set()  # exact values
+    assert found(ticker=["AAPL", "AMZN"]) == {"d0", "d2"} and found(ticker=["AMZN"], fiscal_period=["2018-Q2"]) == set()
     with pytest.raises(errors.InvalidInputError) as refused:
         filter_from_request("t1", facts={"author": ["x"]})
     assert "cannot be filtered on" in refused.value.message

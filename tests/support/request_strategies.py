@@ -148,6 +148,7 @@ _OPTION_FIELDS = [
     "sources",
     "media_types",
     "tags",
+    "facts",
     "weights",
     "mmr",
     "min_score",
@@ -195,6 +196,10 @@ def retrieval_options(draw: Callable[..., Any], hostile: bool = True) -> retriev
                 "tags",
                 st.lists(st.sampled_from(["seed", "t1", "t2"]), max_size=2),
                 st.lists(STRINGS, max_size=6),
+            ),
+            tickers=pick(draw, bad, "facts", st.lists(st.sampled_from(["AMD", "JNJ"]), max_size=2), st.lists(STRINGS)),
+            organizations=pick(
+                draw, bad, "facts", st.lists(st.sampled_from(["Amazon.com, Inc."]), max_size=1), st.lists(STRINGS)
             ),
         ),
     )

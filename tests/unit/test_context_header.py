@@ -20,6 +20,7 @@ from ragrpc.context_header import (
     context_header,
     cut_to_tokens,
     embedded_text,
+    facts_phrase,
     header_budget,
     with_header,
 )
@@ -44,6 +45,22 @@ def test_the_header_names_title_and_sections_and_skips_a_repeated_title() -> Non
     assert context_header("", ("Setup",)) == "Setup"
     assert context_header("  Spaced   title ", ()) == "Spaced title"
     assert with_header("", "body") == "body" and with_header("H", "body") == "H\nbody"
+
+
+def test_the_facts_of_a_filing_follow_the_title_with_the_ticker_in_parentheses() -> None:
+    amd = {"organization": "Advanced Micro Devices, Inc.", "ticker": "AMD", "document_type": "10-K"}
+    amd["fiscal_period"] = "FY2022"
+    assert facts_phrase(amd) == "Advanced Micro Devices, Inc. (AMD) 10-K FY2022"
+    assert context_header("Annual Report", ("Item 8",), amd) == (
+        "Annual Report | Advanced Micro Devices, Inc. (AMD) 10-K FY2022 | Item 8"
+    )
+    # what the title already says is not repeated; a ticker only as a whole word of the title or name
+    assert facts_phrase(amd, said="AMD 10-K for fiscal 2022") == "Advanced Micro Devices, Inc. FY2022"
+    assert facts_phrase({"organization": "AT&T Inc.", "ticker": "T"}) == "AT&T Inc."
+    assert facts_phrase({"organization": "Caterpillar Inc.", "ticker": "CAT"}) == "Caterpillar Inc. (CAT)"
+    # a document of no facts, or facts without a ticker, has the header it had before tickers
+    assert facts_phrase({}) == "" and context_header("Guide", (), {"tags": "x"}) == "Guide"
+    assert facts_phrase({"organization": "Amazon.com, Inc.", "document_type": "10-K"}) == "Amazon.com, Inc. 10-K"
 
 
 def test_a_long_header_is_cut_at_a_word_to_its_token_budget() -> None:

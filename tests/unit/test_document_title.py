@@ -46,6 +46,13 @@ def test_an_identifier_title_is_replaced_and_the_choice_recorded() -> None:
     assert choose_title("", headed, "ducks.md", {}) == ("Ducks", "first heading")
     plain = _doc([Block(BlockKind.PARAGRAPH, "Quarterly field notes\nThe herons came back in March.")])
     assert choose_title("", plain, "notes.txt", {}) == ("Quarterly field notes", "first line")
+    # a filing's first heading that names no company gives way to its facts; one that does is kept
+    facts_amd = {"organization": "Advanced Micro Devices, Inc.", "ticker": "AMD", "document_type": "10-K"}
+    sec = _doc([Block(BlockKind.HEADING, "SECURITIES AND EXCHANGE COMMISSION"), Block(BlockKind.PARAGRAPH, COVER)])
+    assert choose_title("", sec, "amd.pdf", facts_amd) == ("Advanced Micro Devices, Inc. (AMD) 10-K", "filing facts")
+    for heading in ("AMD Reports Fourth Quarter and Full Year 2022 Financial Results", "Advanced Micro Devices 2022"):
+        named_filing = _doc([Block(BlockKind.HEADING, heading), Block(BlockKind.PARAGRAPH, COVER)])
+        assert choose_title("", named_filing, "amd.pdf", facts_amd) == (heading, "first heading")
     empty = _doc([Block(BlockKind.PARAGRAPH, "1234 5678")])
     assert choose_title("", empty, "scan_0042.pdf", {}) == ("scan_0042", "file name")
 

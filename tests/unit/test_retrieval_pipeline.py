@@ -141,3 +141,31 @@ async def test_a_question_naming_a_fiscal_year_its_own_way_finds_that_year_s_fil
         result = await query.retrieval.retrieve(q(question, mode="sparse", top_k=2))
         assert [h.chunk.document_id for h in result.hits][0] == expected, question
         assert result.hits[0].scores.sparse > result.hits[1].scores.sparse, question
+
+
+def _annual_report_of(company: str, ticker: str) -> str:
+    return (
+        "UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\n"
+        "ANNUAL REPORT PURSUANT TO SECTION 13 OR 15(d) for the fiscal year ended December 31, 2022\n"
+        f"{company}\n(Exact name of registrant as specified in its charter)\n"
+        "Title of each class Trading Symbol(s) Name of each exchange on which registered\n"
+        f"Common Stock, $0.01 par value {ticker} The Nasdaq Global Select Market\n\n"
+        "Capital expenditures were spent on new fabrication tools and test equipment.\n"
+    )
+
+
+async def test_a_question_naming_a_company_by_its_ticker_finds_that_company_s_filing(world) -> None:  # type: ignore[no-untyped-def]
+    """The two filings differ only in their company; the question names one by its ticker, which only
+    the context header of each chunk carries (from the cover's securities table)."""
+    ingest, query = world
+    paragraphs = {"chunking_strategy": "paragraph", "chunk_size_tokens": 40}  # the cover and the text: 2 chunks
+    await add(ingest, "a", "amd-2022", _annual_report_of("ADVANCED MICRO DEVICES, INC.", "AMD"), **paragraphs)
+    await add(ingest, "a", "nvda-2022", _annual_report_of("NVIDIA CORPORATION", "NVDA"), **paragraphs)
+    for i, topic in enumerate(("Ducks paddle on ponds.", "Geese fly south.", "Swans nest by lakes.", "Teal dabble.")):
+        await add(ingest, "a", f"other-{i}", topic)
+    result = await query.retrieval.retrieve(q("AMD capital expenditures", mode="sparse", top_k=2))
+    assert [(h.chunk.document_id, h.chunk.text.split()[0]) for h in result.hits] == [
+        ("amd-2022", "Capital"),  # the chunk that never names AMD, by its header
+        ("nvda-2022", "Capital"),
+    ]
+    assert result.hits[0].scores.sparse > result.hits[1].scores.sparse
