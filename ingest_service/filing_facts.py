@@ -23,7 +23,10 @@ nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, 
   quarter and full year 2017 results") is used as stated; "<n>th quarter ended <date>" (or a headline's "Third
   Quarter Results" with "quarter ended <date>") belongs to the fiscal year ending (4 - n) quarters after the date.
   A bare "quarterly period ended <date>" gets CALENDAR-quarter naming: the calendar quarter holding the middle of
-  the three months ending that date (April 1 -> Q1, December 30 -> Q4), whatever the company's fiscal calendar.
+  the three months ending that date (April 1 -> Q1, December 30 -> Q4), whatever the company's fiscal calendar,
+  unless the file name states the quarter ("BESTBUY_2024Q2_10Q.pdf", "bby-q2fy24.pdf", "3Q24") and it can end on
+  that date: the file's namer knew the fiscal calendar. A text that states no period takes the file name's
+  quarter, "FY<year>", or for an annual report (10-K, 20-F) its one year ("3M_2018_10K.pdf" -> FY2018).
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ _STATEMENT_PERIOD = _rx(  # "Statement Period: January 1, 2018 to January 31, 20
     rf"|{_DATE}\s*(?:-|to|through|thru)\s*{_DATE}"
 )
 _ANNUAL_RULES = ("year ended", "annual title")
+_CALENDAR_SOURCE = "calendar quarter of period end"
 _RULES_BY_TYPE: dict[str, tuple[str, ...]] = {  # period rules tried in order; other types: _OTHER_RULES
     **dict.fromkeys(("10-K", "20-F", "annual report", "proxy statement"), _ANNUAL_RULES),
     "10-Q": ("fiscal quarter", "quarter ended", "calendar quarter"),
@@ -400,11 +404,54 @@ def _period_rules(text: str) -> dict[str, _Found | None]:
             _quarter(_ORDINAL_QUARTER_ENDED.search(text), "quarter ended") if quarter and ended_word else None
         ),
         "headline quarter": _quarter(headline, "headline quarter", ended),
-        "calendar quarter": _dated(ended, _calendar_quarter, "calendar quarter of period end"),
+        "calendar quarter": _dated(ended, _calendar_quarter, _CALENDAR_SOURCE),
         "year ended": _dated(year_ended, lambda end: f"FY{_fiscal_year(end)}", "fiscal year ended"),
         "annual title": (f"FY{annual['y'] or annual['y2']}", "", f"annual report: {annual[0]!r}") if annual else None,
         "statement period": _statement_end(text) if statement else None,
     }
+
+
+_YEAR_OR_YY = r"(?P<y>(?:19|20)\d\d|\d\d)"
+_FILE_QUARTERS = (  # in a file name: 2024Q2, 2024-Q2, Q2_2024, Q2FY24, 3Q24, FY24Q2 (letters and digits apart)
+    _rx(r"(?<![a-z0-9])(?P<y>(?:19|20)\d\d)[-_ ]?q(?P<q>[1-4])(?![a-z0-9])"),
+    _rx(rf"(?<![a-z0-9])q(?P<q>[1-4])[-_ ]?(?:fy[-_ ]?)?{_YEAR_OR_YY}(?![a-z0-9])"),
+    _rx(rf"(?<![a-z0-9])(?P<q>[1-4])q[-_ ]?{_YEAR_OR_YY}(?![a-z0-9])"),
+    _rx(rf"(?<![a-z0-9])fy[-_ ]?{_YEAR_OR_YY}[-_ ]?q(?P<q>[1-4])(?![a-z0-9])"),
+)
+_FILE_FISCAL_YEAR = _rx(rf"(?<![a-z0-9])fy[-_ ]?{_YEAR_OR_YY}(?![a-z0-9])")
+_FILE_YEAR = _rx(r"(?<![0-9])(?:19|20)\d\d(?![0-9])")
+_ANNUAL_TYPES = frozenset({"10-K", "20-F", "annual report"})
+
+
+def _file_name_period(file_name: str, doc_type: str) -> str:
+    """The fiscal period a file name states ("BESTBUY_2024Q2_10Q.pdf" -> "2024-Q2", "acme_FY2019.pdf" ->
+    "FY2019"; for an annual report, its one year: "3M_2018_10K.pdf" -> "FY2018"), or "". Used when the text
+    states none, or only a quarter's end date (whose calendar-quarter naming is a guess at a fiscal calendar
+    the file's namer knew)."""
+    stem = re.split(r"[\\/]", file_name)[-1].rsplit(".", 1)[0]
+    if not stem:
+        return ""
+    if m := _first(_FILE_QUARTERS, stem):
+        return f"{_year(m['y'])}-Q{m['q']}"
+    if doc_type not in _ANNUAL_TYPES and doc_type != "proxy statement":
+        return ""
+    if m := _FILE_FISCAL_YEAR.search(stem):
+        return f"FY{_year(m['y'])}"
+    years = set(_FILE_YEAR.findall(stem))
+    return f"FY{years.pop()}" if len(years) == 1 and doc_type in _ANNUAL_TYPES else ""
+
+
+def _fits_end(period: str, end: str) -> bool:
+    """Whether a quarter "2024-Q2" can end on `end` (ISO; "" fits): its fiscal year, which ends (4 - n) quarters
+    after it, ends in the year it is named for or one year either side."""
+    if "-Q" not in period or not end:
+        return True
+    year, quarter = int(period[:4]), int(period[-1])
+    return abs(_fiscal_year(date.fromisoformat(end) + timedelta(days=91 * (4 - quarter))) - year) <= 1
+
+
+def _year(text: str) -> int:
+    return int(text) if len(text) == 4 else 2000 + int(text)
 
 
 def _period(text: str, doc_type: str) -> tuple[_Found, str]:
@@ -458,6 +505,9 @@ def extract_filing_facts(text: str, *, title: str = "", file_name: str = "") -> 
     organization, organization_source = _organization(head, flat) if doc_type else ("", "")
     ticker, ticker_source = _ticker(head, flat) if doc_type else ("", "")
     (period, end, period_source), end_source = _period(f"{usable_title} | {flat}", doc_type)
+    if doc_type and (not period or period_source.startswith(_CALENDAR_SOURCE)):
+        if (named := _file_name_period(file_name, doc_type)) and _fits_end(named, end):
+            period, period_source = named, f"file name: {file_name!r}"
     sources = {"document_type": type_source, "organization": organization_source, "ticker": ticker_source}
     sources |= {"fiscal_period": period_source if period else "", "period_end": end_source if end else ""}
     kept = {key: value for key, value in sources.items() if value}

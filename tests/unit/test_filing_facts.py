@@ -466,3 +466,45 @@ def test_ticker_of_an_earnings_release_and_none_without_a_document_type() -> Non
     assert (facts.document_type, facts.ticker, facts.organization) == ("earnings release", "PEP", "PepsiCo, Inc.")
     # a page that is no filing or report quotes a symbol: no facts at all
     assert extract_filing_facts("Shares of Acme Corp. (NYSE: ACME) rose 3% on Monday.\n").ticker == ""
+
+
+_BEST_BUY_10Q = """FORM 10-Q
+☒ QUARTERLY REPORT PURSUANT TO SECTION 13 OR 15(d) OF THE SECURITIES EXCHANGE ACT OF 1934
+For the quarterly period ended July 29, 2023
+BEST BUY CO., INC.
+(Exact name of registrant as specified in its charter)
+"""
+
+
+@pytest.mark.parametrize(
+    ("file_name", "period", "source"),
+    [
+        # a bare quarter end is named by calendar quarter, unless the file name states a quarter that can end then
+        ("bby_10q.pdf", "2023-Q2", "calendar quarter"),
+        ("BESTBUY_2024Q2_10Q.pdf", "2024-Q2", "file name"),  # Best Buy's fiscal 2024 ends in February 2024
+        ("bby-q2fy24.pdf", "2024-Q2", "file name"),
+        ("uploads/BBY 2Q24.pdf", "2024-Q2", "file name"),
+        ("bby_FY24-Q2.pdf", "2024-Q2", "file name"),
+        ("BESTBUY_2021Q2_10Q.pdf", "2023-Q2", "calendar quarter"),  # a quarter that cannot end in July 2023
+        ("bby_2024q22.pdf", "2023-Q2", "calendar quarter"),  # no quarter: digits run on
+    ],
+)
+def test_a_file_name_s_quarter_names_a_bare_quarter_end(file_name: str, period: str, source: str) -> None:
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name=file_name)
+    assert (facts.fiscal_period, facts.period_end) == (period, "2023-07-29")
+    assert facts.sources["fiscal_period"].startswith(source)
+
+
+def test_a_file_name_s_period_when_the_text_states_none() -> None:
+    cover = "FORM 10-K\nACME INC.\n(Exact name of registrant as specified in its charter)\n"
+    assert extract_filing_facts(cover, file_name="3M_2018_10K.pdf").fiscal_period == "FY2018"
+    assert extract_filing_facts(cover, file_name="acme_FY19.pdf").fiscal_period == "FY2019"
+    assert extract_filing_facts(cover, file_name="acme_2018_2019.pdf").fiscal_period == ""  # which year?
+    assert extract_filing_facts(cover, file_name="amzn-20171231x10k.pdf").fiscal_period == ""
+    # the text's own period wins over the file name's
+    stated = cover + "For the fiscal year ended December 31, 2017\n"
+    assert extract_filing_facts(stated, file_name="3M_2018_10K.pdf").fiscal_period == "FY2017"
+    # an 8-K's date in its name is no fiscal period; a document of no known type takes nothing from its name
+    current = "FORM 8-K\nACME INC.\n(Exact name of registrant as specified in its charter)\n"
+    assert extract_filing_facts(current, file_name="PEPSICO_2023_8K_dated-2023-05-30.pdf").fiscal_period == ""
+    assert extract_filing_facts("Notes on ducks.", file_name="ducks_2024Q2.txt").fiscal_period == ""
