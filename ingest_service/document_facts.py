@@ -14,6 +14,7 @@ from ragrpc.context_header import FACT_KEYS, facts_phrase
 from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
 
 _COVER_CHARS = 8000  # what the filing-facts rules read of a document's first pages
+_BODY_CHARS = 400_000  # what they read for the quarters a 10-Q names, when its cover states only the quarter's end
 
 
 @dataclass
@@ -72,7 +73,10 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
     meta = document_metadata(
         extracted, file_name=spec.file_name, source=spec.source, sha256=item.content_hash, size_bytes=item.size
     )
-    found = extract_filing_facts(extracted.text[:_COVER_CHARS], title=meta.title, file_name=spec.file_name)
+    text = extracted.text
+    found = extract_filing_facts(
+        text[:_COVER_CHARS], title=meta.title, file_name=spec.file_name, body=text[:_BODY_CHARS]
+    )
     facts = {key: getattr(found, key) for key in FACT_KEYS if getattr(found, key)}
     title, title_source = choose_title(spec.title, extracted, spec.file_name, facts)
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}

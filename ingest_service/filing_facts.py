@@ -24,14 +24,17 @@ nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, 
   Quarter Results" with "quarter ended <date>") belongs to the fiscal year ending (4 - n) quarters after the date.
   A bare "quarterly period ended <date>" gets CALENDAR-quarter naming: the calendar quarter holding the middle of
   the three months ending that date (April 1 -> Q1, December 30 -> Q4), whatever the company's fiscal calendar,
-  unless the file name states the quarter ("BESTBUY_2024Q2_10Q.pdf", "bby-q2fy24.pdf", "3Q24") and it can end on
-  that date: the file's namer knew the fiscal calendar. A text that states no period takes the file name's
+  unless the document's text names a quarter that ends on that date for some fiscal calendar, at least twice and
+  more often than any other ("second quarter of fiscal 2024", read from `body`, beyond the cover), or else the
+  file name states the quarter ("BESTBUY_2024Q2_10Q.pdf", "bby-q2fy24.pdf", "3Q24") and it can end on that date:
+  the company and the file's namer knew the fiscal calendar. A text that states no period takes the file name's
   quarter, "FY<year>", or for an annual report (10-K, 20-F) its one year ("3M_2018_10K.pdf" -> FY2018).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -450,6 +453,40 @@ def _fits_end(period: str, end: str) -> bool:
     return abs(_fiscal_year(date.fromisoformat(end) + timedelta(days=91 * (4 - quarter))) - year) <= 1
 
 
+def _ends_on(period: str, end: str) -> bool:
+    """Whether quarter n of fiscal year Y ("2024-Q2") ends on `end` (ISO) for some fiscal calendar: the fiscal year
+    ending (4 - n) quarters after `end` is Y. "Second quarter of fiscal 2023" in a 10-Q of the quarter ended July 29,
+    2023 is last year's comparison, not this quarter (it would end in 2022)."""
+    year, quarter = int(period[:4]), int(period[-1])
+    return _fiscal_year(date.fromisoformat(end) + timedelta(days=91 * (4 - quarter))) == year
+
+
+_BODY_QUARTERS = (*_FISCAL_QUARTER, *_STATED_QUARTER)
+
+
+def _body_quarter(body: str, end: str) -> tuple[str, str] | None:
+    """(label, source) of the quarter a filing's text names most often among those that can end on `end` (at least
+    twice, and more often than any other), or None. A 10-Q names its own quarter again and again ("second quarter
+    of fiscal 2024", "Q2 FY24"); its comparisons with last year's quarter cannot end on its date."""
+    if not body or not end:
+        return None
+    counts: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    seen: set[int] = set()  # "second quarter of fiscal 2024" is a fiscal and a stated quarter: counted once
+    for pattern in _BODY_QUARTERS:
+        for m in pattern.finditer(body):
+            found = None if m.start() in seen else _quarter(m, "named")
+            seen.add(m.start())
+            if found and _ends_on(found[0], end):
+                counts[found[0]] += 1
+                first.setdefault(found[0], " ".join(m[0].split()))
+    ranked = counts.most_common(2)
+    if not ranked or ranked[0][1] < 2 or (len(ranked) == 2 and ranked[1][1] == ranked[0][1]):
+        return None
+    label, times = ranked[0]
+    return label, f"quarter the text names ({times} times): {first[label]!r}"
+
+
 def _year(text: str) -> int:
     return int(text) if len(text) == 4 else 2000 + int(text)
 
@@ -494,8 +531,10 @@ def meaningful_title(title: str, *, file_name: str = "") -> bool:
     return not (" " not in text and text.lower() == stem.lower())
 
 
-def extract_filing_facts(text: str, *, title: str = "", file_name: str = "") -> FilingFacts:
-    """Organisation, document type, fiscal period and period end of a filing or report (see the module docstring)."""
+def extract_filing_facts(text: str, *, title: str = "", file_name: str = "", body: str = "") -> FilingFacts:
+    """Organisation, document type, fiscal period and period end of a filing or report (see the module docstring).
+    `text`: the start of the document (its first 8,000 characters are read); `body`: more of it, read only for the
+    quarters it names when the cover states no more than a quarter's end date."""
     head = _normalize(text[: 2 * _COVER_CHARS])[:_COVER_CHARS]
     flat = " ".join(head.split())
     if _PAPER.search(head):
@@ -505,6 +544,8 @@ def extract_filing_facts(text: str, *, title: str = "", file_name: str = "") -> 
     organization, organization_source = _organization(head, flat) if doc_type else ("", "")
     ticker, ticker_source = _ticker(head, flat) if doc_type else ("", "")
     (period, end, period_source), end_source = _period(f"{usable_title} | {flat}", doc_type)
+    if doc_type and period_source.startswith(_CALENDAR_SOURCE) and (named_in_text := _body_quarter(body, end)):
+        period, period_source = named_in_text
     if doc_type and (not period or period_source.startswith(_CALENDAR_SOURCE)):
         if (named := _file_name_period(file_name, doc_type)) and _fits_end(named, end):
             period, period_source = named, f"file name: {file_name!r}"

@@ -508,3 +508,36 @@ def test_a_file_name_s_period_when_the_text_states_none() -> None:
     current = "FORM 8-K\nACME INC.\n(Exact name of registrant as specified in its charter)\n"
     assert extract_filing_facts(current, file_name="PEPSICO_2023_8K_dated-2023-05-30.pdf").fiscal_period == ""
     assert extract_filing_facts("Notes on ducks.", file_name="ducks_2024Q2.txt").fiscal_period == ""
+
+
+def test_a_bare_quarter_end_takes_the_quarter_the_filing_s_own_text_names_most() -> None:
+    body = _BEST_BUY_10Q + (
+        "Revenue in the second quarter of fiscal 2024 fell 7.8% from the second quarter of fiscal 2023. " * 3
+        + "In the first quarter of fiscal 2024 we closed 6 stores. Q2 FY24 comparable sales fell 6.2%.\n"
+    )
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name="bby_10q.pdf", body=body)
+    assert (facts.fiscal_period, facts.period_end) == ("2024-Q2", "2023-07-29")
+    assert facts.sources["fiscal_period"].startswith("quarter the text names (4 times)")
+    # the text's own words win over the file name's
+    assert extract_filing_facts(_BEST_BUY_10Q, file_name="BESTBUY_2023Q2.pdf", body=body).fiscal_period == "2024-Q2"
+    # Apple's "second quarter of 2023" ended April 1, 2023: the calendar would say Q1
+    apple = "FORM 10-Q\nFor the quarterly period ended April 1, 2023\nApple Inc.\n"
+    apple += "(Exact name of registrant as specified in its charter)\n"
+    named = apple + "Net sales in the second quarter of 2023 ... the second quarter of 2022 ... Q2 2023 gross margin."
+    assert extract_filing_facts(apple, body=named).fiscal_period == "2023-Q2"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sales in the second quarter of fiscal 2024 rose.",  # named once: not enough
+        "the second quarter of fiscal 2024 and the first quarter of fiscal 2024, twice: "
+        "the second quarter of fiscal 2024 and the first quarter of fiscal 2024",  # a tie
+        "the second quarter of fiscal 2023, the second quarter of fiscal 2023",  # last year's: cannot end on the date
+        "",
+    ],
+)
+def test_without_a_clear_quarter_in_the_text_a_bare_end_keeps_the_calendar_quarter(text: str) -> None:
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name="bby_10q.pdf", body=_BEST_BUY_10Q + text)
+    assert facts.fiscal_period == "2023-Q2"
+    assert facts.sources["fiscal_period"].startswith("calendar quarter")
