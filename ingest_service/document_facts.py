@@ -10,6 +10,7 @@ from pathlib import PurePath
 from ingest_service.filing_facts import extract_filing_facts, meaningful_title
 from ingest_service.metadata import document_metadata
 from ingest_service.requests import IngestItem
+from ingest_service.reupload import CHUNKING_KEY, chunking_request
 from ragrpc.context_header import FACT_KEYS, facts_phrase
 from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
 
@@ -80,7 +81,7 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
     facts = {key: getattr(found, key) for key in FACT_KEYS if getattr(found, key)}
     title, title_source = choose_title(spec.title, extracted, spec.file_name, facts)
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}
-    merged = {**extra, **facts, "title_source": title_source, **spec.metadata}
+    merged = {**extra, **facts, "title_source": title_source, CHUNKING_KEY: chunking_request(spec), **spec.metadata}
     return DocumentFacts(
         source=spec.source or spec.file_name or "",
         title=title,

@@ -268,6 +268,14 @@ class DocumentLifecycle:
             await finish_despite_cancel(self._store(self._rewrite, record))
             return record
 
+    async def retag_held(self, record: DocumentRecord, tags: list[str]) -> DocumentRecord:
+        """Gives an ACTIVE document new tags, in the registry and on its chunks (vectors kept), for an
+        ingestion of unchanged content that holds the document's lock (`attempt_lock`)."""
+        self._may_write()
+        record.tags = list(tags)
+        await finish_despite_cancel(self._store(self._rewrite, record))
+        return record
+
     def _rewrite(self, record: DocumentRecord) -> None:
         expr = chunks_of_generation(record.tenant, record.document_id, record.generation)
         chunks = [chunk for page in self._chunks.scan_chunks(expr, with_vectors=True) for chunk in page]

@@ -35,6 +35,7 @@ from ingest_service.document_facts import DocumentFacts, gather_facts, no_text_m
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
+from ingest_service.reupload import reingest_reason
 from ragrpc import errors
 from ragrpc.context_header import embedded_text
 from ragrpc.embeddings import Embedder
@@ -191,12 +192,18 @@ class IngestPipeline:
     ) -> IngestOutcome:
         collection = item.spec.collection or "default"
         existing = await self._lifecycle.current(item.tenant, document_id)
-        if (
-            existing
+        stored = (
+            existing is not None
             and existing.state == DocumentState.ACTIVE
             and existing.content_hash == content_hash
             and existing.collection == collection
-        ):
+        )
+        reason = reingest_reason(existing, item.spec) if stored and existing is not None else ""
+        if reason:
+            logger.info("document %r: same content, ingested again: %s", document_id, reason)
+        if stored and existing is not None and not reason:
+            if item.spec.tags and list(item.spec.tags) != existing.tags:  # no other chunks, no re-embedding
+                existing = await self._lifecycle.retag_held(existing, list(item.spec.tags))
             report(
                 ProgressEvent(
                     document_id,
