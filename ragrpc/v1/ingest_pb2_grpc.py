@@ -127,6 +127,9 @@ class IngestServiceServicer:
 
     def UpdateDocument(self, request, context):
         """Updates a document's title, tags or metadata without re-extracting or re-embedding it.
+        Filters and results see the new values; the chunks' vectors keep the context header they were
+        embedded with (the old title and facts). To embed a new title, upload the same content again
+        with it: a re-upload with another title or metadata is ingested again.
         With `document.etag` set, the update applies only if the document is unchanged since that
         etag was read, else ABORTED (ETAG_MISMATCH) (AIP-154). While an ingestion of the document
         runs or waits, the update fails with ABORTED (DOCUMENT_BUSY) and nothing changes; a
