@@ -15,7 +15,6 @@ from ragrpc.context_header import FACT_KEYS, facts_phrase
 from ragrpc.models import BlockKind, DocumentRecord, ExtractedDocument
 
 _COVER_CHARS = 8000  # what the filing-facts rules read of a document's first pages
-_BODY_CHARS = 400_000  # what they read for the quarters a 10-Q names, when its cover states only the quarter's end
 
 
 @dataclass
@@ -75,9 +74,7 @@ def gather_facts(item: IngestItem, extracted: ExtractedDocument) -> DocumentFact
         extracted, file_name=spec.file_name, source=spec.source, sha256=item.content_hash, size_bytes=item.size
     )
     text = extracted.text
-    found = extract_filing_facts(
-        text[:_COVER_CHARS], title=meta.title, file_name=spec.file_name, body=text[:_BODY_CHARS]
-    )
+    found = extract_filing_facts(text[:_COVER_CHARS], title=meta.title, file_name=spec.file_name, body=text)
     facts = {key: getattr(found, key) for key in FACT_KEYS if getattr(found, key)}
     title, title_source = choose_title(spec.title, extracted, spec.file_name, facts)
     extra = {k: v for k, v in meta.extra.items() if k not in _DERIVED_KEYS}

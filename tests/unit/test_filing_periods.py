@@ -1,12 +1,14 @@
 """extract_filing_facts on the phrases that name a filing's period and type: stated quarters,
 quarter and fiscal-year end dates (calendar naming for shifted fiscal years), forms and document
-kinds, dates broken by PDF extraction."""
+kinds, dates broken by PDF extraction; for a bare quarter end, the quarter the filing's text names
+most, or its file name's (ingest_service.filing_periods)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ingest_service.filing_facts import extract_filing_facts
+from ingest_service.filing_periods import BODY_CHARS
 
 
 @pytest.mark.parametrize(
@@ -81,3 +83,86 @@ def test_document_types(text: str, kind: str) -> None:
 def test_hyphenation_and_spacing_inside_dates() -> None:
     facts = extract_filing_facts("FORM 10-K\nFor the fiscal year ended Decem-\nber  31 ,\n2017\n")
     assert (facts.fiscal_period, facts.period_end) == ("FY2017", "2017-12-31")
+
+
+_BEST_BUY_10Q = """FORM 10-Q
+☒ QUARTERLY REPORT PURSUANT TO SECTION 13 OR 15(d) OF THE SECURITIES EXCHANGE ACT OF 1934
+For the quarterly period ended July 29, 2023
+BEST BUY CO., INC.
+(Exact name of registrant as specified in its charter)
+"""
+
+
+@pytest.mark.parametrize(
+    ("file_name", "period", "source"),
+    [
+        # a bare quarter end is named by calendar quarter, unless the file name states a quarter that can end then
+        ("bby_10q.pdf", "2023-Q2", "calendar quarter"),
+        ("BESTBUY_2024Q2_10Q.pdf", "2024-Q2", "file name"),  # Best Buy's fiscal 2024 ends in February 2024
+        ("bby-q2fy24.pdf", "2024-Q2", "file name"),
+        ("uploads/BBY 2Q24.pdf", "2024-Q2", "file name"),
+        ("bby_FY24-Q2.pdf", "2024-Q2", "file name"),
+        ("BESTBUY_2021Q2_10Q.pdf", "2023-Q2", "calendar quarter"),  # a quarter that cannot end in July 2023
+        ("bby_2024q22.pdf", "2023-Q2", "calendar quarter"),  # no quarter: digits run on
+    ],
+)
+def test_a_file_name_s_quarter_names_a_bare_quarter_end(file_name: str, period: str, source: str) -> None:
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name=file_name)
+    assert (facts.fiscal_period, facts.period_end) == (period, "2023-07-29")
+    assert facts.sources["fiscal_period"].startswith(source)
+
+
+def test_a_file_name_s_period_when_the_text_states_none() -> None:
+    cover = "FORM 10-K\nACME INC.\n(Exact name of registrant as specified in its charter)\n"
+    assert extract_filing_facts(cover, file_name="3M_2018_10K.pdf").fiscal_period == "FY2018"
+    assert extract_filing_facts(cover, file_name="acme_FY19.pdf").fiscal_period == "FY2019"
+    assert extract_filing_facts(cover, file_name="acme_2018_2019.pdf").fiscal_period == ""  # which year?
+    assert extract_filing_facts(cover, file_name="amzn-20171231x10k.pdf").fiscal_period == ""
+    # the text's own period wins over the file name's
+    stated = cover + "For the fiscal year ended December 31, 2017\n"
+    assert extract_filing_facts(stated, file_name="3M_2018_10K.pdf").fiscal_period == "FY2017"
+    # an 8-K's date in its name is no fiscal period; a document of no known type takes nothing from its name
+    current = "FORM 8-K\nACME INC.\n(Exact name of registrant as specified in its charter)\n"
+    assert extract_filing_facts(current, file_name="PEPSICO_2023_8K_dated-2023-05-30.pdf").fiscal_period == ""
+    assert extract_filing_facts("Notes on ducks.", file_name="ducks_2024Q2.txt").fiscal_period == ""
+
+
+def test_a_bare_quarter_end_takes_the_quarter_the_filing_s_own_text_names_most() -> None:
+    body = _BEST_BUY_10Q + (
+        "Revenue in the second quarter of fiscal 2024 fell 7.8% from the second quarter of fiscal 2023. " * 3
+        + "In the first quarter of fiscal 2024 we closed 6 stores. Q2 FY24 comparable sales fell 6.2%.\n"
+    )
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name="bby_10q.pdf", body=body)
+    assert (facts.fiscal_period, facts.period_end) == ("2024-Q2", "2023-07-29")
+    assert facts.sources["fiscal_period"].startswith("quarter the text names (4 times)")
+    # the text's own words win over the file name's
+    assert extract_filing_facts(_BEST_BUY_10Q, file_name="BESTBUY_2023Q2.pdf", body=body).fiscal_period == "2024-Q2"
+    # Apple's "second quarter of 2023" ended April 1, 2023: the calendar would say Q1
+    apple = "FORM 10-Q\nFor the quarterly period ended April 1, 2023\nApple Inc.\n"
+    apple += "(Exact name of registrant as specified in its charter)\n"
+    named = apple + "Net sales in the second quarter of 2023 ... the second quarter of 2022 ... Q2 2023 gross margin."
+    assert extract_filing_facts(apple, body=named).fiscal_period == "2023-Q2"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sales in the second quarter of fiscal 2024 rose.",  # named once: not enough
+        "the second quarter of fiscal 2024 and the first quarter of fiscal 2024, twice: "
+        "the second quarter of fiscal 2024 and the first quarter of fiscal 2024",  # a tie
+        "the second quarter of fiscal 2023, the second quarter of fiscal 2023",  # last year's: cannot end on the date
+        "",
+    ],
+)
+def test_without_a_clear_quarter_in_the_text_a_bare_end_keeps_the_calendar_quarter(text: str) -> None:
+    facts = extract_filing_facts(_BEST_BUY_10Q, file_name="bby_10q.pdf", body=_BEST_BUY_10Q + text)
+    assert facts.fiscal_period == "2023-Q2"
+    assert facts.sources["fiscal_period"].startswith("calendar quarter")
+
+
+def test_only_the_first_400_000_characters_are_read_for_the_quarters_a_filing_names() -> None:
+    named = "the second quarter of fiscal 2024 and the second quarter of fiscal 2024"  # ends at the limit, or 1 past
+    filler = "x" * (BODY_CHARS - len(_BEST_BUY_10Q) - len(named))
+    within = extract_filing_facts(_BEST_BUY_10Q, body=_BEST_BUY_10Q + filler + named)
+    beyond = extract_filing_facts(_BEST_BUY_10Q, body=_BEST_BUY_10Q + filler + "y" + named)
+    assert (within.fiscal_period, beyond.fiscal_period) == ("2024-Q2", "2023-Q2")
