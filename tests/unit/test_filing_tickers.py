@@ -82,3 +82,11 @@ def test_ticker_of_an_earnings_release_and_none_without_a_document_type() -> Non
     assert (facts.document_type, facts.ticker, facts.organization) == ("earnings release", "PEP", "PepsiCo, Inc.")
     # a page that is no filing or report quotes a symbol: no facts at all
     assert extract_filing_facts("Shares of Acme Corp. (NYSE: ACME) rose 3% on Monday.\n").ticker == ""
+
+
+def test_the_symbol_is_looked_for_in_the_8_lines_after_the_table_header() -> None:
+    header = "Title of each class Trading Symbol(s) Name of each exchange on which registered\n"
+    notes = "".join(f"{n}.000% Notes due 20{30 + n} ACME{30 + n} New York Stock Exchange\n" for n in range(8))
+    within = extract_filing_facts(_COVER_TOP + header + notes[: notes.index("\n7.")] + "\nCommon Stock ACME NYSE\n")
+    beyond = extract_filing_facts(_COVER_TOP + header + notes + "Common Stock ACME NYSE\n")
+    assert (within.ticker, beyond.ticker) == ("ACME", "")
