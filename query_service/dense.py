@@ -20,8 +20,8 @@ import logging
 
 import numpy as np
 
+from query_service.chunk_attrs import HeldFilter
 from query_service.dense_index import InProcessDenseIndex
-from query_service.held_hits import HeldFilter
 from ragrpc import errors
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store import filters as f

@@ -8,25 +8,33 @@ visible chunks in memory, filled and kept in step by the same sync as the BM25 i
 searches them exactly: recall 1.0 against exact search by construction. A Milvus server
 searches its own index (`RAGRPC_DENSE_SEARCH`, query_service.dense).
 
-Memory: the vector (4 bytes a dimension: 1.5 KB at 384) and the chunk's filter attributes,
-shared with the BM25 index when both hold the chunk. Removed documents leave holes that a
-compaction closes once they outnumber the live chunks.
+Layout per tenant, as the BM25 index's: a compact matrix (float32, one row a slot; built by a
+compaction or memory-mapped from a snapshot, never changed in place) and a recent matrix the
+chunks added since grow into; the slots' chunk ids, documents and attributes are a `SlotTable`
+(query_service.slot_table). Removing a document marks its slots dead; a compaction makes one new
+compact matrix of the live rows once the recent rows pass max(`merge_min_chunks`, `merge_ratio` x
+the compact rows) or dead slots outnumber live ones, and on `compact()` / `trim()`.
+
+Memory: the vector (4 bytes a dimension: 1.5 KB at 384) and the chunk's attributes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from query_service.chunk_attrs import ChunkAttrsTable
+from query_service.ragged_arrays import nest_arrays, sub_arrays
 from query_service.rw_lock import ReadWriteLock
+from query_service.slot_table import SlotTable
 
 logger = logging.getLogger(__name__)
 
 AttrPredicate = Callable[[Mapping[str, Any]], bool]
+FORMAT = 1  # of `export`'s arrays and meta
 _MIN_CAPACITY = 1024
 
 
@@ -39,95 +47,103 @@ class VectorChunk(NamedTuple):
 
 
 class _Scope:
-    """The vectors of one tenant; rows are slots, a removed document's slots are dead until compaction."""
+    """The vectors of one tenant: compact rows (slots 0..n-1), then recent rows."""
 
-    def __init__(self, dimension: int) -> None:
-        self.vectors = np.zeros((0, dimension), dtype=np.float32)
-        self.size = 0
-        self.alive = np.zeros(0, dtype=np.bool_)
-        self.chunk_ids: list[str] = []
-        self.attrs = ChunkAttrsTable()
-        self.documents: dict[str, range] = {}
-        self.live = 0
-        self.dead = 0
+    def __init__(self, tenant: str, dimension: int, vectors: np.ndarray | None = None, slots: SlotTable | None = None):
+        self.compact = vectors if vectors is not None else np.zeros((0, dimension), dtype=np.float32)
+        self.slots = slots or SlotTable(tenant)
+        if self.slots.compact_size != len(self.compact) or self.compact.shape[1:] != (dimension,):
+            raise ValueError("vectors and slot table disagree")
+        self.recent = np.zeros((0, dimension), dtype=np.float32)  # rows: capacity; in use: slots.recent_size
 
-    def add(self, document_id: str, chunks: Sequence[VectorChunk], matrix: np.ndarray) -> None:
-        needed = self.size + len(chunks)
-        if needed > len(self.vectors):
-            capacity = max(_MIN_CAPACITY, needed, len(self.vectors) * 3 // 2)
-            grown = np.zeros((capacity, self.vectors.shape[1]), dtype=np.float32)
-            grown[: self.size] = self.vectors[: self.size]
-            alive = np.zeros(capacity, dtype=np.bool_)
-            alive[: self.size] = self.alive[: self.size]
-            self.vectors, self.alive = grown, alive
-        self.vectors[self.size : needed] = matrix
-        self.alive[self.size : needed] = True
-        self.chunk_ids.extend(chunk.chunk_id for chunk in chunks)
-        self.attrs.append_document([chunk.attrs for chunk in chunks])
-        self.documents[document_id] = range(self.size, needed)
-        self.size = needed
-        self.live += len(chunks)
+    def add(self, document_id: str, chunk_ids: list[str], attrs: list[Mapping[str, Any]], matrix: np.ndarray) -> None:
+        used = self.slots.recent_size
+        needed = used + len(matrix)
+        if needed > len(self.recent):
+            grown = np.zeros((max(_MIN_CAPACITY, needed, len(self.recent) * 3 // 2), self.recent.shape[1]), np.float32)
+            grown[:used] = self.recent[:used]
+            self.recent = grown
+        self.recent[used:needed] = matrix
+        self.slots.append(document_id, chunk_ids, attrs)
 
-    def remove(self, document_id: str) -> bool:
-        slots = self.documents.pop(document_id, None)
-        if slots is None:
-            return False
-        self.alive[slots.start : slots.stop] = False
-        self.live -= len(slots)
-        self.dead += len(slots)
-        if self.dead >= max(_MIN_CAPACITY, self.live):
-            self.compact()
-        return True
+    def merged(self) -> tuple[np.ndarray, SlotTable]:
+        keep = self.slots.live()
+        compact_keep = keep[keep < len(self.compact)]
+        recent_keep = keep[keep >= len(self.compact)] - len(self.compact)
+        vectors = np.concatenate((self.compact[compact_keep], self.recent[recent_keep]))
+        return vectors, self.slots.merged(keep)
 
-    def compact(self) -> None:
-        keep = np.flatnonzero(self.alive[: self.size])
-        new_slot = np.cumsum(self.alive[: self.size], dtype=np.int64) - 1
-        self.vectors = np.ascontiguousarray(self.vectors[keep])
-        self.alive = np.ones(len(keep), dtype=np.bool_)
-        self.chunk_ids = [self.chunk_ids[i] for i in keep]
-        self.attrs.keep(keep.tolist())
-        self.documents = {
-            doc: range(int(new_slot[slots.start]), int(new_slot[slots.start]) + len(slots)) if len(slots) else range(0)
-            for doc, slots in self.documents.items()
-        }
-        self.size = len(keep)
-        self.dead = 0
+    def install(self, merged: tuple[np.ndarray, SlotTable]) -> None:
+        self.compact, self.slots = merged
+        self.recent = np.zeros((0, self.compact.shape[1]), dtype=np.float32)
 
-    def trim(self) -> None:
-        if len(self.vectors) > self.size:
-            self.vectors = self.vectors[: self.size].copy()
-            self.alive = self.alive[: self.size].copy()
+    def scores(self, query: np.ndarray, document_ids: Collection[str] | None) -> tuple[np.ndarray, np.ndarray]:
+        """(live candidate slots, their cosines)."""
+        slots_table, compact_size = self.slots, len(self.compact)
+        if document_ids is not None:
+            slots = slots_table.slots_of(document_ids)
+            in_compact = slots < compact_size
+            scores = np.empty(len(slots), dtype=np.float32)
+            scores[in_compact] = self.compact[slots[in_compact]] @ query
+            scores[~in_compact] = self.recent[slots[~in_compact] - compact_size] @ query
+            return slots, scores
+        scores = self.compact @ query
+        if slots_table.recent_size:
+            scores = np.concatenate((scores, self.recent[: slots_table.recent_size] @ query))
+        slots = np.arange(len(scores))
+        if slots_table.dead_slots:
+            live = slots_table.alive.view()
+            slots, scores = slots[live], scores[live]
+        return slots, scores
 
-    def slots_of(self, document_ids: Collection[str]) -> np.ndarray:
-        found = [self.documents.get(document_id, range(0)) for document_id in set(document_ids)]
-        return np.concatenate([np.arange(r.start, r.stop) for r in found]) if found else np.zeros(0, dtype=np.int64)
+    @property
+    def nbytes(self) -> int:
+        return self.compact.nbytes + self.recent.nbytes + self.slots.nbytes
 
 
 class InProcessDenseIndex:
     """Exact cosine (dot product of unit vectors) search over the tenant's chunks in memory."""
 
-    def __init__(self, dimension: int) -> None:
+    def __init__(
+        self,
+        dimension: int,
+        *,
+        compaction_min_dead: int = _MIN_CAPACITY,
+        merge_min_chunks: int = 16384,
+        merge_ratio: float = 0.25,
+    ) -> None:
         self.dimension = dimension
+        self._compaction_min_dead = compaction_min_dead
+        self._merge_min_chunks = merge_min_chunks
+        self._merge_ratio = merge_ratio
         self._scopes: dict[str, _Scope] = {}
         self._lock = ReadWriteLock()
+        self._writer = threading.Lock()  # one change (and the compaction it triggers) at a time
 
     def replace_document(self, tenant: str, document_id: str, chunks: Sequence[VectorChunk]) -> None:
         """The document's chunks become `chunks` (none: the document leaves the index)."""
         matrix = self._matrix(chunks)
-        with self._lock.write():
-            scope = self._scopes.get(tenant)
-            if scope is None:
-                if not chunks:
-                    return
-                scope = self._scopes[tenant] = _Scope(self.dimension)
-            scope.remove(document_id)
-            if chunks:
-                scope.add(document_id, chunks, matrix)
+        with self._writer:
+            with self._lock.write():
+                scope = self._scopes.get(tenant)
+                if scope is None:
+                    if not chunks:
+                        return
+                    scope = self._scopes[tenant] = _Scope(tenant, self.dimension)
+                scope.slots.remove(document_id)
+                if chunks:
+                    scope.add(document_id, [c.chunk_id for c in chunks], [c.attrs for c in chunks], matrix)
+            self._compact_if_due(scope)
 
     def remove_document(self, tenant: str, document_id: str) -> bool:
-        with self._lock.write():
+        with self._writer:
             scope = self._scopes.get(tenant)
-            return scope.remove(document_id) if scope is not None else False
+            if scope is None:
+                return False
+            with self._lock.write():
+                removed = scope.slots.remove(document_id) is not None
+            self._compact_if_due(scope)
+            return removed
 
     def _matrix(self, chunks: Sequence[VectorChunk]) -> np.ndarray:
         if not chunks:
@@ -136,6 +152,29 @@ class InProcessDenseIndex:
         if matrix.ndim != 2 or matrix.shape[1] != self.dimension:
             raise ValueError(f"vectors of dimension {matrix.shape[-1]} in an index of dimension {self.dimension}")
         return matrix
+
+    def _compact_if_due(self, scope: _Scope) -> None:
+        slots = scope.slots
+        dead_due = slots.dead_slots >= max(self._compaction_min_dead, slots.live_slots)
+        recent_due = slots.recent_size >= max(self._merge_min_chunks, self._merge_ratio * slots.compact_size)
+        if dead_due or recent_due:
+            self._install(scope)
+
+    def _install(self, scope: _Scope) -> None:
+        merged = scope.merged()  # readers go on reading the old arrays meanwhile
+        with self._lock.write():
+            scope.install(merged)
+
+    def compact(self) -> None:
+        """Fold the recent rows into the compact matrix and drop dead rows now (a copy of the live rows)."""
+        with self._writer:
+            for scope in list(self._scopes.values()):
+                if scope.slots.recent_size or scope.slots.dead_slots:
+                    self._install(scope)
+
+    def trim(self) -> None:
+        """Gives back the room the tenants' arrays grew into (after the start-up load): `compact`."""
+        self.compact()
 
     def search(
         self,
@@ -153,38 +192,58 @@ class InProcessDenseIndex:
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         with self._lock.read():
             scope = self._scopes.get(tenant)
-            if scope is None or not scope.live:
+            if scope is None or not scope.slots.live_slots:
                 return []
-            if document_ids is not None:
-                slots = scope.slots_of(document_ids)
-                slots = slots[scope.alive[slots]] if len(slots) else slots
-                scores = scope.vectors[slots] @ query
-            else:
-                scores = scope.vectors[: scope.size] @ query
-                slots = np.arange(scope.size)
-                if scope.dead:
-                    live = scope.alive[: scope.size]
-                    slots, scores = slots[live], scores[live]
-            return _best_allowed(scope, slots, scores, top_k, allow)
-
-    def trim(self) -> None:
-        """Gives back the room the tenants' arrays grew into (after the start-up load)."""
-        with self._lock.write():
-            for scope in self._scopes.values():
-                scope.trim()
+            slots, scores = scope.scores(query, document_ids)
+            return _best_allowed(scope.slots, slots, scores, top_k, allow)
 
     def chunk_count(self, tenant: str) -> int:
         with self._lock.read():
             scope = self._scopes.get(tenant)
-            return scope.live if scope else 0
+            return scope.slots.live_slots if scope else 0
 
     def memory_bytes(self) -> int:
+        """Bytes of the held vectors (memory-mapped ones included), their room to grow and the slot tables."""
         with self._lock.read():
-            return sum(scope.vectors.nbytes for scope in self._scopes.values())
+            return sum(scope.nbytes for scope in self._scopes.values())
+
+    # --- snapshot ----------------------------------------------------------------------
+    def export(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(meta, arrays) of the whole index, compacted first (arrays never changed afterwards)."""
+        with self._writer:
+            for scope in list(self._scopes.values()):
+                if scope.slots.recent_size or scope.slots.dead_slots:
+                    self._install(scope)
+            meta: dict[str, Any] = {"format": FORMAT, "dimension": self.dimension, "scopes": []}
+            arrays: dict[str, np.ndarray] = {}
+            for number, (tenant, scope) in enumerate(self._scopes.items()):
+                slots_meta, slots_arrays = scope.slots.export()
+                meta["scopes"].append({"tenant": tenant, "slots": slots_meta})
+                arrays[f"s{number}/vectors"] = scope.compact
+                arrays.update(nest_arrays(f"s{number}/slots", slots_arrays))
+            return meta, arrays
+
+    @classmethod
+    def restore(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], **options: Any) -> InProcessDenseIndex:
+        """An index over exported arrays (memory-mapped vectors are searched in place, never copied
+        whole); ValueError when they are not a consistent export of this format."""
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"dense index format {meta.get('format')!r}, expected {FORMAT}")
+        index = cls(int(meta["dimension"]), **options)
+        for number, scope_meta in enumerate(meta["scopes"]):
+            tenant = str(scope_meta["tenant"])
+            slots = SlotTable.restore(scope_meta["slots"], sub_arrays(arrays, f"s{number}/slots"))
+            if slots.tenant != tenant:
+                raise ValueError(f"scope of {tenant!r} holds the slots of {slots.tenant!r}")
+            vectors = arrays[f"s{number}/vectors"]
+            if vectors.dtype != np.float32 or vectors.ndim != 2:
+                raise ValueError("held vectors are not a float32 matrix")
+            index._scopes[tenant] = _Scope(tenant, index.dimension, vectors, slots)
+        return index
 
 
 def _best_allowed(
-    scope: _Scope, slots: np.ndarray, scores: np.ndarray, top_k: int, allow: AttrPredicate | None
+    slot_table: SlotTable, slots: np.ndarray, scores: np.ndarray, top_k: int, allow: AttrPredicate | None
 ) -> list[tuple[str, float]]:
     """The best `top_k` slots that pass `allow` (ties by chunk id): a head of twice what is asked
     is sorted first, and grown while filters reject (a selective filter scans further)."""
@@ -193,15 +252,15 @@ def _best_allowed(
     head = min(len(scores), max(2 * top_k, 64))
     while len(out) < top_k and len(seen) < len(scores):
         part = np.argpartition(-scores, head - 1)[:head] if head < len(scores) else np.arange(len(scores))
-        ids = np.asarray([scope.chunk_ids[slots[i]] for i in part])
+        ids = np.asarray([slot_table.chunk_id(int(slots[i])) for i in part])
         for i in part[np.lexsort((ids, -scores[part]))]:
             index = int(i)
             if index in seen:
                 continue
             seen.add(index)
             slot = int(slots[index])
-            if allow is None or allow(scope.attrs.view(slot, scope.chunk_ids[slot])):
-                out.append((scope.chunk_ids[slot], float(scores[index])))
+            if allow is None or allow(slot_table.view(slot)):
+                out.append((slot_table.chunk_id(slot), float(scores[index])))
                 if len(out) == top_k:
                     break
         head = min(len(scores), head * 4)

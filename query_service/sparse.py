@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from query_service.held_hits import HeldFilter
+from query_service.chunk_attrs import HeldFilter
 from query_service.sparse_index import InProcessBm25Index
 from ragrpc.models import ScoredChunk, StageScores
 from ragrpc.store.base import ChunkStore

@@ -6,6 +6,10 @@ documents, and one of long documents whose chunks share their document's attribu
 median top-100 BM25 search with a request's filter over the same index (the filter reads each
 candidate's attributes).
 
+Each index is measured compacted (`compact()`: numpy arrays only, what a replica holds after its load
+or a snapshot load), and the BM25 index also as added, before any compaction (its recent part: what the
+chunks added since the last compaction cost), with the attribute columns' share of the compacted figure.
+
 What a collection of N chunks costs the query service on top of the model and the runtime is about N
 times these figures (plus the registry's documents), so they say how large a collection fits a
 machine's memory.
@@ -75,10 +79,12 @@ def _documents(chunks: list[IndexedChunk], group: int) -> list[tuple[str, list[I
     return [(str(chunks[s].attrs["document_id"]), chunks[s : s + group]) for s in range(0, len(chunks), group)]
 
 
-def _bm25(documents: list[tuple[str, list[IndexedChunk]]]) -> InProcessBm25Index:
-    index = InProcessBm25Index(EnglishAnalyzer())
+def _bm25(documents: list[tuple[str, list[IndexedChunk]]], compact: bool = True) -> InProcessBm25Index:
+    index = InProcessBm25Index(EnglishAnalyzer(), merge_min_chunks=10**9)  # compacted at the end, or never
     for document_id, part in documents:
         index.add_document("acme", document_id, part)
+    if compact:
+        index.compact()
     return index
 
 
@@ -86,6 +92,7 @@ def _dense(documents: list[tuple[str, list[IndexedChunk]]], vector: np.ndarray) 
     index = InProcessDenseIndex(DIMENSION)
     for document_id, part in documents:
         index.replace_document("acme", document_id, [VectorChunk(c.chunk_id, vector, c.attrs) for c in part])
+    index.compact()
     return index
 
 
@@ -98,9 +105,11 @@ def run(config: BenchConfig) -> SectionResult:
     allow = filter_from_request("acme", collection="papers").matches
     vector = np.random.default_rng(5).normal(size=DIMENSION).astype(np.float32)
     for group in GROUPS:
+        recent_bytes, _ = _allocated(lambda: _bm25(_documents(_chunks(group, docs), group), compact=False))  # noqa: B023
         sparse_bytes, sparse_index = _allocated(lambda: _bm25(_documents(_chunks(group, docs), group)))  # noqa: B023
         dense_bytes, _ = _allocated(lambda: _dense(_documents(_chunks(group, docs), group), vector))  # noqa: B023
         assert isinstance(sparse_index, InProcessBm25Index)
+        attrs_bytes = sum(scope.slots.attrs.nbytes for scope in sparse_index._scopes.values())  # noqa: SLF001
         times = []
         for query in queries:
             started = time.perf_counter()
@@ -111,10 +120,14 @@ def run(config: BenchConfig) -> SectionResult:
         result.data[f"group_{group}"] = {
             "chunks": n,
             "bm25_bytes_per_chunk": sparse_bytes / n,
+            "bm25_uncompacted_bytes_per_chunk": recent_bytes / n,
+            "attrs_bytes_per_chunk": attrs_bytes / n,
             "dense_bytes_per_chunk": dense_bytes / n,
             "bm25_search_p50_ms": statistics.median(times) * 1000,
         }
-        result.add(f"BM25 index, {label}", sparse_bytes / n, "B/chunk", note=f"{n} SciFact abstracts")
+        result.add(f"BM25 index, {label}", sparse_bytes / n, "B/chunk", note=f"{n} SciFact abstracts, compacted")
+        result.add(f"of which attribute columns, {label}", attrs_bytes / n, "B/chunk")
+        result.add(f"BM25 index before compaction, {label}", recent_bytes / n, "B/chunk", note="recent part")
         result.add(f"held vectors and attributes, {label}", dense_bytes / n, "B/chunk", note=f"{DIMENSION} float32")
         result.add(f"BM25 top-100 with a filter, {label}", statistics.median(times) * 1000, "ms", note="p50")
     return result

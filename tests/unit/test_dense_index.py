@@ -34,9 +34,11 @@ def _exact(ids: list[str], matrix: np.ndarray, query: np.ndarray, k: int) -> lis
     return [ids[i] for i in order[:k]]
 
 
-def test_search_is_exact_per_tenant_and_after_removals_and_compaction() -> None:
+@pytest.mark.parametrize("merge_min_chunks", [16384, 64])
+def test_search_is_exact_per_tenant_and_after_removals_and_compaction(merge_min_chunks: int) -> None:
+    """With the default thresholds most rows stay recent; with 64, compactions fold them on the way."""
     rng = np.random.default_rng(7)
-    index = InProcessDenseIndex(DIMENSION)
+    index = InProcessDenseIndex(DIMENSION, merge_min_chunks=merge_min_chunks)
     kept: dict[str, np.ndarray] = {}
     for d in range(600):  # 600 documents of 1-5 chunks: 1,800 or so, past the first capacity
         vectors = _unit(rng, 1 + d % 5)
@@ -61,12 +63,15 @@ def test_search_is_exact_per_tenant_and_after_removals_and_compaction() -> None:
     assert not index.remove_document("t1", "doc0")  # already gone
 
 
-def test_filters_and_document_restrictions_keep_the_exact_order() -> None:
+@pytest.mark.parametrize("compact_first", [False, True])
+def test_filters_and_document_restrictions_keep_the_exact_order(compact_first: bool) -> None:
     rng = np.random.default_rng(3)
     index = InProcessDenseIndex(DIMENSION)
     vectors = {f"doc{d}": _unit(rng, 3) for d in range(400)}
     for d, (document, matrix) in enumerate(vectors.items()):
         index.replace_document("t1", document, _chunks(document, matrix, tag="rare" if d % 50 == 0 else "common"))
+        if compact_first and d == 10:  # doc0..doc10 compact, the others recent
+            index.compact()
     query = _unit(rng, 1)[0]
     rare = [doc for d, doc in enumerate(vectors) if d % 50 == 0]  # 8 documents, 24 chunks: past the first head
     got = index.search(query, 20, tenant="t1", allow=lambda attrs: "rare" in attrs[s.TAGS])
@@ -97,7 +102,7 @@ def test_removed_slots_are_compacted_once_they_outnumber_the_live_ones() -> None
     for d in range(1100):
         index.remove_document("t1", f"doc{d}")
     scope = index._scopes["t1"]  # noqa: SLF001 - the compaction itself is what is checked
-    assert scope.dead < 1100 * 2 and scope.size < 3000  # compacted on the way
+    assert scope.slots.dead_slots < 1100 * 2 and scope.slots.size < 3000  # compacted on the way
     left = {doc: m for doc, m in vectors.items() if int(doc[3:]) >= 1100}
     ids = [f"{doc}-{k}" for doc in left for k in range(2)]
     query = _unit(rng, 1)[0]
@@ -107,3 +112,18 @@ def test_removed_slots_are_compacted_once_they_outnumber_the_live_ones() -> None
     assert [c for c, _ in index.search(query, 2, tenant="t1", document_ids=["doc1400"])] == _exact(
         ["doc1400-0", "doc1400-1"], vectors["doc1400"], query, 2
     )
+
+
+def test_attributes_are_read_with_the_index_s_own_ids_and_compaction_keeps_them() -> None:
+    rng = np.random.default_rng(5)
+    index = InProcessDenseIndex(DIMENSION)
+    chunks = _chunks("doc", _unit(rng, 3), tag="x")
+    index.replace_document("t1", "doc", chunks)
+    seen: list[dict] = []
+    index.search(chunks[0].vector, 3, tenant="t1", allow=lambda attrs: seen.append(dict(attrs)) or True)
+    index.compact()
+    index.search(chunks[0].vector, 3, tenant="t1", allow=lambda attrs: seen.append(dict(attrs)) or True)
+    assert len(seen) == 6 and all(attrs[s.TENANT] == "t1" and attrs[s.DOCUMENT_ID] == "doc" for attrs in seen)
+    assert {attrs[s.CHUNK_ID] for attrs in seen} == {"doc-0", "doc-1", "doc-2"}
+    assert all(attrs[s.TAGS] == ("x",) for attrs in seen)
+    assert index.memory_bytes() >= 3 * DIMENSION * 4

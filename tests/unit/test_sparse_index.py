@@ -9,6 +9,7 @@ import random
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.analyzer import ENGLISH_STOP_WORDS, EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.errors import PreconditionError
+from ragrpc.evaluation import load_beir
 from ragrpc.store.request_filter import filter_from_request
 
 IR_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "ir"
@@ -114,12 +116,21 @@ operations = st.lists(
 )
 
 
-@pytest.mark.parametrize("compaction_min_dead", [1, 1024])
+@pytest.mark.parametrize(("compaction_min_dead", "merge_min_chunks"), [(1, 16384), (1024, 16384), (1024, 1), (1, 3)])
 @given(operations=operations, query=st.lists(words, min_size=1, max_size=4).map(" ".join))
 @settings(max_examples=150, deadline=None)
-def test_incremental_updates_equal_a_rebuilt_rank_bm25(compaction_min_dead, operations, query) -> None:
+def test_incremental_updates_equal_a_rebuilt_rank_bm25(
+    compaction_min_dead, merge_min_chunks, operations, query
+) -> None:
+    """Whatever part (compact or recent) each chunk is in when the query comes."""
     analyzer = WhitespaceAnalyzer()
-    index = InProcessBm25Index(analyzer, compaction_min_dead=compaction_min_dead)
+    index = InProcessBm25Index(
+        analyzer,
+        compaction_min_dead=compaction_min_dead,
+        merge_min_chunks=merge_min_chunks,
+        merge_ratio=0.5,
+        prune_min_postings=0,  # pruning tried on every query (below: the best few, which it may prune for)
+    )
     documents: dict[str, list[str]] = {}
     for version, (operation, doc_number, texts) in enumerate(operations):
         document_id = f"doc{doc_number}"
@@ -136,6 +147,8 @@ def test_incremental_updates_equal_a_rebuilt_rank_bm25(compaction_min_dead, oper
             documents[document_id] = texts
     live = {f"{d}-{i}": text for d, texts in documents.items() for i, text in enumerate(texts)}
     got = index.search(query, top_k=1000, tenant="t")
+    for k in (1, 2, 3):  # the best k, pruned or not, are the full ranking's first k
+        assert index.search(query, top_k=k, tenant="t") == got[:k]
     renamed = {_strip_version(chunk_id): score for chunk_id, score in got}
     assert len(renamed) == len(got)
     rebuilt = InProcessBm25Index(analyzer)
@@ -337,3 +350,154 @@ def test_retrieval_settings_no_request_could_use_stop_the_service(changes: dict,
     with pytest.raises(PreconditionError, match=variable):
         check_retrieval_settings(dataclasses.replace(Settings(), **changes))
     check_retrieval_settings(Settings())  # the defaults pass
+
+
+# --- real text at size, compaction, the compact layout --------------------------------
+
+
+@pytest.fixture(scope="module")
+def scifact() -> tuple[dict[str, list[str]], list[str]]:
+    """3,000 SciFact abstracts (title and text) analysed by the English analyzer, and 40 claims."""
+    directory = IR_DATA / "scifact"
+    if not directory.exists():
+        pytest.skip(f"{directory} not available")
+    dataset = load_beir(directory, "train")
+    analyzer = EnglishAnalyzer()
+    documents = {doc_id: analyzer.analyze(doc.full_text) for doc_id, doc in list(dataset.corpus.items())[:3000]}
+    return documents, list(dataset.queries.values())[:40]
+
+
+def _exact_ranking(live: dict[str, list[str]], text: str, k: int) -> tuple[list[str], dict[str, float]]:
+    """rank_bm25's scores of the chunks that hold a query term, and their top k (ties by chunk id)."""
+    ids = sorted(live)
+    query = EnglishAnalyzer().analyze(text)
+    scores = BM25Okapi([live[i] for i in ids]).get_scores(query)
+    wanted = set(query)
+    held = {i: float(score) for i, score in zip(ids, scores, strict=True) if wanted & set(live[i])}
+    return sorted(held, key=lambda i: (-held[i], i))[:k], held
+
+
+@pytest.mark.parametrize("prune_min_postings", [0, 10**9])
+def test_scifact_abstracts_score_exactly_like_rank_bm25_through_updates_and_compactions(
+    scifact, prune_min_postings: int
+) -> None:
+    """Scores equal rank_bm25's; the top 10 (pruned or not) are rank_bm25's top 10, ties by chunk id."""
+    documents, queries = scifact
+    index = InProcessBm25Index(
+        EnglishAnalyzer(),
+        merge_min_chunks=256,
+        merge_ratio=0.3,
+        compaction_min_dead=200,
+        prune_min_postings=prune_min_postings,
+    )
+    live: dict[str, list[str]] = {}
+    ids = list(documents)
+    for number, doc_id in enumerate(ids):  # documents of 1-3 chunks: the abstract cut in thirds
+        terms = documents[doc_id]
+        parts = [terms[i * len(terms) // 3 : (i + 1) * len(terms) // 3] for i in range(1 + number % 3)]
+        chunks = [
+            IndexedChunk(f"{doc_id}:{i}", "", {"collection": f"c{number % 4}"}, part) for i, part in enumerate(parts)
+        ]
+        index.add_document("t", doc_id, chunks)
+        live.update({chunk.chunk_id: list(chunk.terms or ()) for chunk in chunks})
+    for doc_id in ids[::7]:  # removals, in compact and recent parts
+        assert index.remove_document("t", doc_id)
+        live = {c: t for c, t in live.items() if not c.startswith(doc_id + ":")}
+    for doc_id in ids[1::11]:  # replacements by the first half of the abstract
+        index.replace_document("t", doc_id, [IndexedChunk(f"{doc_id}:r", "", {}, documents[doc_id][:40])])
+        live = {c: t for c, t in live.items() if not c.startswith(doc_id + ":")}
+        live[f"{doc_id}:r"] = documents[doc_id][:40]
+    scope = index._scopes["t"]  # noqa: SLF001 - both parts must be in play
+    assert scope.slots.compact_size > 1000 and scope.slots.recent_size > 0 and scope.slots.dead_slots > 0
+    for query in queries:
+        top, exact = _exact_ranking(live, query, 10)
+        got = dict(index.search(query, len(live), tenant="t"))
+        assert set(got) == set(exact)
+        assert all(got[c] == pytest.approx(exact[c], rel=1e-9, abs=1e-9) for c in exact)
+        assert [c for c, _ in index.search(query, 10, tenant="t")] == top
+    index.compact()
+    assert scope.slots.recent_size == 0 and scope.slots.dead_slots == 0
+    for query in queries[:10]:
+        top, _ = _exact_ranking(live, query, 10)
+        assert [c for c, _ in index.search(query, 10, tenant="t")] == top
+
+
+def test_terms_of_removed_chunks_leave_the_vocabulary_at_a_compaction() -> None:
+    analyzer = WhitespaceAnalyzer()
+    index = InProcessBm25Index(analyzer, merge_min_chunks=100, compaction_min_dead=10**6)  # compact() only
+    live = {}
+    for i in range(3000):  # each chunk has a term no other has
+        index.add_document("t", f"d{i}", [(f"c{i}", f"common unique{i} shared{i % 10}", {})])
+        live[f"c{i}"] = f"common unique{i} shared{i % 10}"
+    for i in range(2800):
+        index.remove_document("t", f"d{i}")
+        del live[f"c{i}"]
+    index.compact()
+    scope = index._scopes["t"]  # noqa: SLF001 - the vocabulary's size is what is checked
+    assert len(scope.postings.vocabulary) == 200 + 10 + 1 and scope.term_cache == {}
+    index.add_document("t", "again", [("again", "unique5 unique2999 shared3", {})])  # an old and a kept term
+    live["again"] = "unique5 unique2999 shared3"
+    for query in ("unique5", "unique2999 common", "shared3 unique2950", "unique17"):
+        assert_equals_rank_bm25(index, analyzer, "t", live, query)
+
+
+def test_the_compact_layout_costs_a_few_bytes_a_posting() -> None:
+    index = InProcessBm25Index(WhitespaceAnalyzer())
+    rng = random.Random(3)
+    for d in range(2000):
+        chunks = [
+            (f"d{d}-{i}", " ".join(f"w{rng.randint(0, 999)}" for _ in range(40)), {"collection": "c"}) for i in range(5)
+        ]
+        index.add_document("t", f"d{d}", chunks)
+    index.compact()
+    scope = index._scopes["t"]  # noqa: SLF001 - the layout is what is checked
+    postings = scope.postings
+    assert postings.slots.dtype == np.int32 and postings.tfs.dtype == np.uint8 and postings.terms.dtype == np.int32
+    assert postings.lengths.dtype == np.uint8
+    per_posting = (postings.slots.nbytes + postings.tfs.nbytes + postings.terms.nbytes) / len(postings.slots)
+    assert per_posting == 9  # slot 4 + tf 1 + forward term id 4
+    assert index.memory_bytes() / index.chunk_count("t") < 9 * 40 + 100  # 40 terms a chunk, ids and attributes
+    assert index.chunk_count("t") == 10_000 and index.document_count("t") == 2000
+
+
+def test_document_restriction_reads_compact_and_recent_documents() -> None:
+    index = InProcessBm25Index(WhitespaceAnalyzer(), merge_min_chunks=1000)
+    index.add_document("t", "filler", [(f"filler{i}", "pear", {}) for i in range(200)])  # apple is rare
+    for i in range(30):
+        index.add_document("t", f"d{i}", [(f"d{i}-{k}", "apple " * (k + 1), {}) for k in range(2)])
+    index.compact()
+    for i in range(30, 40):
+        index.add_document("t", f"d{i}", [(f"d{i}-{k}", "apple " * (k + 1), {}) for k in range(2)])
+    index.remove_document("t", "d3")
+    got = index.search("apple", 10, tenant="t", document_ids=["d2", "d3", "d35", "nope"])
+    assert sorted(chunk_id for chunk_id, _ in got) == ["d2-0", "d2-1", "d35-0", "d35-1"]
+    assert [a for a, _ in got][:2] == ["d2-1", "d35-1"]  # tf 2 beats tf 1; equal scores by chunk id
+
+
+def test_readers_see_whole_documents_while_compactions_run() -> None:
+    index = InProcessBm25Index(WhitespaceAnalyzer(), merge_min_chunks=8, merge_ratio=0.1, compaction_min_dead=4)
+    for i in range(50):
+        index.add_document("t", f"filler{i}", [(f"f{i}", f"filler words {i}", {"n": i})])
+    index.add_document("t", "d", [(f"v0-{i}", "common v0", {"n": i}) for i in range(4)])
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            hits = index.search("common", 50, tenant="t", allow=lambda attrs: attrs["n"] < 4)
+            versions = {chunk_id.split("-")[0] for chunk_id, _ in hits}
+            if len(versions) != 1 or len(hits) != 4:
+                errors.append(f"saw {hits}")
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for reader in readers:
+        reader.start()
+    for version in range(1, 200):
+        index.replace_document("t", "d", [(f"v{version}-{i}", f"common v{version}", {"n": i}) for i in range(4)])
+        if version % 50 == 0:
+            index.compact()
+    stop.set()
+    for reader in readers:
+        reader.join()
+    assert errors == []
+    assert {chunk_id for chunk_id, _ in index.search("common", 50, tenant="t")} == {f"v199-{i}" for i in range(4)}
