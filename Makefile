@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 export RAGRPC_MILVUS_URI ?= http://127.0.0.1:19530
 
-.PHONY: install proto proto-check run stop run-milvus run-ingest run-query demo test test-fast \
+.PHONY: install proto proto-check config-doc run stop run-milvus run-ingest run-query demo test test-fast \
         test-reliability eval bench lint clean status
 
 install: $(STAMP)
@@ -28,6 +28,9 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	PYTHON=$(PY) bash scripts/proto_check.sh
+
+config-doc: $(STAMP)
+	$(PY) -m scripts.configuration_doc
 
 run: $(STAMP)
 	bash scripts/stack.sh start
@@ -74,6 +77,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy ragrpc ingest_service query_service clients
 	$(VENV)/bin/buf lint
 	PYTHON=$(PY) bash scripts/proto_check.sh
+	$(PY) -m scripts.configuration_doc --check
 
 clean:
 	rm -rf data/ .pytest_cache .mypy_cache .ruff_cache

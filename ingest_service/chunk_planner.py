@@ -1,6 +1,12 @@
-"""Chooses and runs the chunker for a request (strategy and sizes), with the embedding
-model's tokenizer and its hard token limit, and refuses a plan over the per-document chunk
-limit (see `chunk_limit`) before anything of it is embedded or stored."""
+"""Chooses and runs the chunker for a request (strategy and sizes), with the embedding model's
+tokenizer and its hard token limit, and enforces the per-document chunk limit
+(RAGRPC_MAX_CHUNKS_PER_DOCUMENT): what one document may cost.
+
+The limit is checked right after chunking, before anything is embedded or written, so a document
+over it is refused with nothing of it stored (a replacement leaves the previous version ACTIVE).
+The count is of stored rows: every draft, retrievable and PARENT alike (a hierarchical plan stores
+both; only retrievable ones are embedded, but parents are written too).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +15,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from ingest_service.chunk_limit import checked_chunk_limit, enforce_chunk_limit
 from ingest_service.chunking import build_chunker
 from ingest_service.chunking.base import ChunkingConfig
 from ragrpc import errors
-from ragrpc.models import ChunkDraft, ExtractedDocument
+from ragrpc.models import ChunkDraft, ChunkKind, ExtractedDocument
 from ragrpc.tokens import TokenCounter
+
+CHUNK_LIMIT_SETTING = "RAGRPC_MAX_CHUNKS_PER_DOCUMENT"
+TOO_MANY_CHUNKS = "TOO_MANY_CHUNKS"
 
 
 class ChunkPlannerImpl:
@@ -54,3 +62,26 @@ class ChunkPlannerImpl:
         drafts = chunker.chunk(document)
         enforce_chunk_limit(drafts, self._max_chunks)
         return drafts
+
+
+def checked_chunk_limit(limit: int) -> int:
+    """`limit` when it is a usable limit; there is no "unlimited" value, 0 or less is a configuration error."""
+    if limit < 1:
+        raise ValueError(f"{CHUNK_LIMIT_SETTING} must be at least 1 (got {limit}); there is no unlimited setting")
+    return limit
+
+
+def enforce_chunk_limit(drafts: list[ChunkDraft], limit: int) -> None:
+    """Raises LimitExceededError (RESOURCE_EXHAUSTED, reason TOO_MANY_CHUNKS) when `drafts` would
+    store more than `limit` chunk rows."""
+    count = len(drafts)
+    if count <= limit:
+        return
+    parents = sum(1 for d in drafts if d.kind == ChunkKind.PARENT)
+    detail = f" ({count - parents} retrievable + {parents} parent)" if parents else ""
+    raise errors.LimitExceededError(
+        f"the document would be stored as {count} chunks{detail}, more than the limit of {limit} per document "
+        f"({CHUNK_LIMIT_SETTING}); nothing of it was stored: split the document or ingest it with larger chunks",
+        reason=TOO_MANY_CHUNKS,
+        metadata={"setting": CHUNK_LIMIT_SETTING, "limit": str(limit), "chunk_count": str(count)},
+    )

@@ -1,6 +1,6 @@
-"""Embedders: the Embedder protocol, the sentence-transformers implementation ("local" provider) and
-`embedder_from_settings`, which picks the provider (ragrpc.openai_embeddings for "openai") and the
-Matryoshka truncation (ragrpc.truncated_embeddings).
+"""Embedders: the Embedder protocol, the sentence-transformers implementation ("local" provider),
+its Matryoshka truncation (`TruncatedEmbedder`) and `embedder_from_settings`, which picks the
+provider (ragrpc.openai_embeddings for "openai") and the dimension.
 
 The model loads in `warm_up()`, called once by a service's composition root, never at
 import. Embedding is CPU-bound and synchronous; callers run it in an executor.
@@ -8,9 +8,8 @@ import. Embedding is CPU-bound and synchronous; callers run it in an executor.
 Backends (same model, same `model_id`, vectors equal within tolerance):
   onnx-int8  ONNX Runtime, int8 (the services' default, RAGRPC_EMBEDDING_BACKEND): on first use
              the model is exported, its graph optimised (O2) and its MatMul and Attention weights
-             dynamically quantised to int8 (ragrpc.onnx_export, in a child process); measured with
-             2 cores: 1.95x and 2.07x torch fp32 (two runs) on a CPU with avx512_vnni, 1.40x on an
-             AVX2-only one, SciFact nDCG@10 within 0.004 of torch, mean cosine 0.994-0.995 to fp32 (make bench, embed)
+             dynamically quantised to int8 (ragrpc.onnx_export, in a child process): faster than
+             torch fp32 at the same retrieval quality (figures: docs/benchmarks.md)
   onnx       ONNX Runtime, fp32 (exported the same way)
   torch      sentence-transformers on PyTorch, fp32 (this class's default)
 The ONNX backends embed through ragrpc.onnx_encoder (tokenizer, session, numpy pooling: one GIL
@@ -24,6 +23,14 @@ the store), independent 1-thread streams keep the cores busy where one multi-thr
 waits at every operator for its slowest thread.
 The ONNX cache directory is a constructor argument (default ~/.cache/ragrpc/onnx, or under the
 system temp directory when the home directory is not writable).
+
+Matryoshka truncation (RAGRPC_EMBEDDING_DIMENSIONS with the local provider): the first
+`dimension` components of each vector, re-normalised to unit length. Models trained with
+Matryoshka representation learning (nomic-embed-text-v1.5, mxbai-embed-large-v1, OpenAI's
+text-embedding-3-*) keep most of their quality in a prefix of their vector; for other models a
+prefix is a lossier projection. The collection records the truncated dimension (and the provider
+and model), so a collection built at 256 dimensions refuses a service at 384. The openai provider
+does not need the wrapper: it asks the endpoint for `dimensions`.
 """
 
 from __future__ import annotations
@@ -44,7 +51,6 @@ from ragrpc.openai_embeddings import PROVIDER as OPENAI_PROVIDER
 from ragrpc.openai_embeddings import openai_embedder_from_settings
 from ragrpc.store.model_record import LOCAL_PROVIDER
 from ragrpc.tokens import HfTokenCounter, TokenCounter
-from ragrpc.truncated_embeddings import TruncatedEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +286,77 @@ class SentenceTransformerEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([self._query_instruction + text])[0]
+
+
+def truncate_normalised(vectors: np.ndarray, dimension: int) -> np.ndarray:
+    """The first `dimension` components of each row (or of one vector), scaled to unit L2 norm (an
+    all-zero prefix, which a trained model does not produce, stays zero)."""
+    head = np.asarray(vectors, dtype=np.float32)[..., :dimension]
+    norms = np.linalg.norm(head, axis=-1, keepdims=True)
+    return (head / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32, copy=False)
+
+
+class TruncatedEmbedder:
+    """An Embedder whose vectors are the wrapped one's, cut to `dimension` and re-normalised."""
+
+    def __init__(self, inner: Embedder, dimension: int) -> None:
+        if dimension < 1:
+            raise ValueError(f"RAGRPC_EMBEDDING_DIMENSIONS must be at least 1 to truncate, got {dimension}")
+        self._inner = inner
+        self._dimension = dimension
+
+    @property
+    def inner(self) -> Embedder:
+        return self._inner
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
+    def max_tokens(self) -> int:
+        return self._inner.max_tokens
+
+    @property
+    def streams(self) -> int:
+        return self._inner.streams
+
+    def token_counter(self) -> TokenCounter:
+        return self._inner.token_counter()
+
+    def warm_up(self) -> None:
+        self._inner.warm_up()
+        self._check(self._inner.dimension)
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        vectors = self._inner.embed_documents(texts)
+        self._check(vectors.shape[-1])
+        return truncate_normalised(vectors, self._dimension)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector = self._inner.embed_query(text)
+        self._check(vector.shape[-1])
+        return truncate_normalised(vector, self._dimension)
+
+    def _check(self, native: int) -> None:
+        if self._dimension > native:
+            raise ValueError(
+                f"RAGRPC_EMBEDDING_DIMENSIONS={self._dimension} exceeds the {native} dimensions of embedding "
+                f"model {self._inner.model_id!r}; use at most {native}, or 0 for the model's own"
+            )
 
 
 PROVIDERS = (LOCAL_PROVIDER, OPENAI_PROVIDER)

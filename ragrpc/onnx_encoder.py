@@ -4,9 +4,8 @@
 call, torch tensors handed to optimum and back, then mean pooling and normalisation as torch
 operators. Each torch operator and each hand-over releases and takes back the GIL; on two cores
 shared with the query service's BM25 scoring (Python and small numpy operations, which hold the
-GIL), every take-back waits up to the interpreter's switch interval (5 ms). Measured on this
-project's 2-core machine (`make bench`, embed section): one query embedding 5.6 ms through
-sentence-transformers and 3.8 ms here alone, 109 and 15 ms beside a thread running Python.
+GIL), every take-back waits up to the interpreter's switch interval, which makes a query embedding
+beside a hybrid search several times slower (figures: docs/benchmarks.md, `make bench` embed section).
 
 `OnnxEncoder` does the same computation with one GIL release per forward batch (the ONNX Runtime
 call): the model's Rust tokenizer (a private copy, truncation set once), the session, then mean

@@ -4,8 +4,8 @@
       -> files already there: (model directory, file name), nothing loaded
       -> else `python -m ragrpc.onnx_export` does prepare_onnx_model() in a child process and
          exits, so the caller never holds the export's memory (loading the torch model, tracing it,
-         optimising and quantising the graph raised the ingest service's resident memory from
-         ~730 to ~1,240 MiB, which the allocator did not give back)
+         optimising and quantising the graph take hundreds of MiB that the allocator does not give
+         back; docs/benchmarks.md)
 
 Files: <cache>/<model slug>-<digest>/onnx/model.onnx (fp32 export), model_O2.onnx (graph
 optimised at level O2: fused attention, layer norm and GELU, numerics unchanged) and
@@ -145,8 +145,8 @@ def _optimise_and_quantise(target: Path, quantization: str, name: str) -> None:
     """Writes target/onnx/<name>: the O2-optimised graph of target/onnx/model.onnx with MatMul and
     Attention weights dynamically quantised (signed, per channel). Without VNNI, x86 int8 kernels
     multiply unsigned activations by signed weights with a 16-bit intermediate sum that saturates;
-    7-bit weights (reduce_range) keep it exact (measured: mean cosine to fp32 0.994 with, 0.76 without
-    on an AVX2 CPU)."""
+    7-bit weights (reduce_range) keep it exact (without them the vectors drift far from fp32's:
+    docs/benchmarks.md)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from sentence_transformers import SentenceTransformer, export_optimized_onnx_model

@@ -176,19 +176,17 @@ YOUNG_COLLECTION_THRESHOLD = 10_000  # allocations between two collections of th
 
 def freeze_startup_heap(young_threshold: int = YOUNG_COLLECTION_THRESHOLD) -> int:
     """Takes the objects alive at the end of start-up (the model, its tokenizers, the imported
-    libraries: about 486,000 in the ingest service) out of the cyclic garbage collector's passes,
+    libraries: hundreds of thousands of objects) out of the cyclic garbage collector's passes,
     collects the youngest generation every `young_threshold` allocations instead of every 700, and
     returns how many objects were frozen.
 
-    A full collection walked all of the start-up objects while holding the GIL, so the model streams
-    could not hand back a batch meanwhile. Measured in the ingest service on 2,500 SciFact abstracts
-    (6,112 chunks, 90 s): with Python's defaults, 2.1 s of collections, four of them full at 0.3-0.36 s
-    each; frozen, 1.1 s (the longest 0.25 s); frozen and at 10,000, 0.37 s (no full collection, the
-    longest 0.06 s). The query service calls it once its index is loaded (about 4.7 objects a chunk
-    besides the model's: at 20,000 chunks, in-process, a full collection took 0.30-0.36 s over the
-    670,000 objects, and 600 hybrid retrievals ran 859 young and 78 middle collections; frozen and at
-    10,000, none). Reference counting still frees a frozen object that stops being used; only a
-    cycle among them would stay, and start-up objects are kept for the life of the process."""
+    A full collection walks all of the start-up objects while holding the GIL, so the model streams
+    cannot hand back a batch meanwhile, and the query service's loaded index (several objects a chunk)
+    makes every full collection longer as the collection grows; the young generation at 10,000 keeps
+    full collections rare (figures: docs/benchmarks.md). The ingest service calls it after recovery,
+    the query service once its index is loaded. Reference counting still frees a frozen object that
+    stops being used; only a cycle among them would stay, and start-up objects are kept for the life
+    of the process."""
     gc.collect()
     gc.freeze()
     _, middle, oldest = gc.get_threshold()

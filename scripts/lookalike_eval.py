@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -25,8 +25,22 @@ from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_gr
 from scripts.lookalike_questions import DOCS, LookalikeDocument, LookalikeSet, Question, load_lookalike_set
 from scripts.processes import REPO, Stack
 
-if TYPE_CHECKING:
-    from scripts.eval import Config
+
+class Config(Protocol):
+    """What this step reads of a configuration (scripts.eval.Config has it): the row's name and the
+    RetrievalOptions it sets."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mode(self) -> retrieve_pb2.RetrievalMode: ...
+
+    @property
+    def fusion(self) -> retrieve_pb2.FusionMethod: ...
+
+    @property
+    def mmr(self) -> float | None: ...
 
 COLLECTION = "lookalike"
 TOP_K = 10
@@ -142,13 +156,15 @@ def evaluate_lookalike(
     root: Path = DOCS,
     max_questions: int | None = None,
     lookalike: LookalikeSet | None = None,
+    enrichers: str = "filings",
 ) -> dict:
-    """Starts milvus-lite, an ingest and a rank_bm25 query service under `data_dir`, uploads the
-    set and scores every configuration; returns the report (JSON-ready)."""
+    """Starts milvus-lite, an ingest and a rank_bm25 query service under `data_dir` (running `enrichers`,
+    RAGRPC_ENRICHERS: the set holds financial statements), uploads the set and scores every configuration;
+    returns the report (JSON-ready)."""
     lookalike = lookalike or load_lookalike_set(root, cache_dir=data_dir)
     questions = subset(lookalike.questions, max_questions)
     print(f"  lookalike: {len(lookalike.documents)} documents, {len(questions)} questions", file=sys.stderr, flush=True)
-    env = {"RAGRPC_COLLECTION_PREFIX": "eval_lookalike"}
+    env = {"RAGRPC_COLLECTION_PREFIX": "eval_lookalike", "RAGRPC_ENRICHERS": enrichers}
     with Stack(data_dir) as stack:
         stack.start_milvus()
         ingestion = upload_documents(stack.start_ingest(env), lookalike.documents, COLLECTION)
@@ -158,6 +174,7 @@ def evaluate_lookalike(
             rows[config.name] = score_config(address, questions, COLLECTION, config)
             print(f"  lookalike  {config.name:28s} page@5 {rows[config.name]['page@5']:.4f}", file=sys.stderr)
     return {
+        "enrichers": enrichers,
         "documents": [
             {"document_id": d.document_id, "family": d.family, "pages": d.pages} for d in lookalike.documents
         ],

@@ -57,8 +57,8 @@ def stored_terms(field: str) -> tuple[str, ...] | None:
     (the chunk's text must then be analysed).
 
     Interned because the query service holds every chunk's terms until its start-up scan ends: a tuple
-    of shared strings costs 8 bytes a term, a tuple of fresh ones about 60 (at 1M chunks, 2-3 GB more
-    resident memory than the analysed text it replaces, kept by the fragmented heap after the scan)."""
+    of shared strings costs a pointer a term, a tuple of fresh ones a string object each, and the heap
+    that many small strings fragment is not given back after the scan (docs/benchmarks.md)."""
     safe = s.VARCHAR_LIMITS[s.BM25_TEXT] - _LONGEST_TERM_BYTES - 1
     if 4 * len(field) > safe and len(field.encode()) > safe:  # (a character is at most 4 bytes)
         return None

@@ -12,29 +12,27 @@ A scan of more than one page reads the next page in a thread while its caller wo
 one (`ragrpc.store.prefetch`), so the store's time and the caller's overlap.
 
 On milvus-lite, a large collection is scanned by key instead (`by_key`). milvus-lite answers each
-page of an iterator by assembling, filtering and sorting the whole collection in Python (about 2.3 us a
-row of the collection a page, on top of about 75 us a row returned: measured in-process on 100k rows),
-so an iterator's scan grows with the square of the collection (20-48 minutes for the query service's
-load of 1M chunks), while it reads rows by primary key without a scan. A keyed scan asks once for
-every matching key, then reads the rows a page of keys at a time, and keeps those that still match
-the filter (a row changed between the two reads is returned only as it is now, and only when it
-still matches; a row added after the first read is not returned, as a row added behind an
-iterator's position is not). Reading each row twice (its key, then the row: milvus-lite
-materialises every field of a row even for its key alone) costs about one row's 75 us more; the
-iterator's extra pages cost 2.3 us a row of the collection each, so a keyed scan is cheaper once
-the collection has more than about 75 / 2.3 = 32 pages of rows (KEYED_SCAN_MIN_PAGES). The caller
-says from how many rows of the collection a scan is keyed; the count is the store's own (cheap).
+page of an iterator by assembling, filtering and sorting the whole collection in Python, so an
+iterator's scan grows with the square of the collection, while it reads rows by primary key without
+a scan. A keyed scan asks once for every matching key, then reads the rows a page of keys at a time,
+and keeps those that still match the filter (a row changed between the two reads is returned only as
+it is now, and only when it still matches; a row added after the first read is not returned, as a
+row added behind an iterator's position is not). It reads each row twice (its key, then the row:
+milvus-lite materialises every field of a row even for its key alone), which the iterator's
+collection-wide pages outweigh once the collection holds KEYED_SCAN_MIN_PAGES pages of rows (the
+break-even point, from the per-row costs measured in docs/benchmarks.md). The caller says from how
+many rows of the collection a scan is keyed; the count is the store's own (cheap).
 
 milvus-lite answers at most 256 MB (its gRPC message limit). The keys are therefore asked for in
 ranges of the key (`key > lo and key <= hi`) sized to stay under KEY_ANSWER_BYTES, a quarter of that:
 how many ranges and where they split comes from the keys of the first page read (a sample of the
 matching rows) and the collection's row count. A range whose answer is still over the limit (the
 sample did not represent the keys) is split again at the sample's keys inside it, and read with an
-iterator when none is left. Each range costs one pass of milvus-lite over the collection (2.3 us a
-row), so the chunks' 32-character keys need one range up to about 1.6 million rows.
+iterator when none is left. Each range costs milvus-lite one pass over the collection, so ranges are
+as few as the limit allows.
 
-A page of rows can also be over the answer limit (8,192 chunks of 30 KB each are over 256 MB; a
-chunk's text and BM25 text may each hold 64 KB). A refused page is read again in halves: the first
+A page of rows can also be over the answer limit (a chunk's text and its BM25 text may each hold
+64 KB, so a page of long chunks can pass 256 MB). A refused page is read again in halves: the first
 query of a scan and an iterator's page with half the page size (the iterator starts again after
 the last row it returned, `pk > last`, so nothing is read twice or skipped), a keyed page's
 `get` as two calls of half its keys; down to one row, whose refusal is raised.
@@ -61,7 +59,7 @@ MAX_QUERY_WINDOW = 16384  # Milvus: offset + limit of one query
 DEFAULT_PAGE_SIZE = 8192
 KEYED_SCAN_MIN_PAGES = 32  # milvus-lite: from this many pages of rows in the collection, scans go by key
 KEY_ANSWER_BYTES = 64 * 2**20  # milvus-lite: keys asked for in one query, a quarter of its 256 MB answer limit
-KEY_OVERHEAD_BYTES = 8  # a key's bytes in an answer beyond its UTF-8 (measured: 2)
+KEY_OVERHEAD_BYTES = 8  # a key's bytes in an answer beyond its UTF-8, with a margin
 PRIMARY_KEYS = (s.CHUNK_ID, s.DOC_KEY, s.JOB_ID)
 
 T = TypeVar("T")

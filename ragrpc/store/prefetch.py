@@ -1,8 +1,8 @@
 """Reading the next page of a scan while the caller works on the current one.
 
-A scan of a large collection alternates between waiting for the store (milvus-lite spends about
-75 us of its own CPU on each row it returns, 0.6 s a page of 8,192 rows) and the caller's work on the
-page (decoding rows, indexing them). `prefetched` runs the page source in a thread, one page ahead, so the two overlap.
+A scan of a large collection alternates between waiting for the store (milvus-lite spends its own
+CPU on every row it returns) and the caller's work on the page (decoding rows, indexing them).
+`prefetched` runs the page source in a thread, one page ahead, so the two overlap.
 Pages keep their order; an error of the source is raised to the caller where the page it failed
 to produce would have come; when the caller stops early (closes the generator), the source is
 closed in its thread after the page it is fetching, and nothing more is read.

@@ -2,8 +2,8 @@
 
 A milvus-lite (3.x) server keeps every written row in its write-ahead log until a client calls
 flush(); it never seals on its own. Searches over rows still in the WAL, written in the small
-per-document batches ingestion produces, are several times slower than over the same rows after
-a flush (measured by `make bench`: "search with rows in the WAL"). Milvus proper seals segments
+per-document batches ingestion produces, are many times slower than over the same rows after
+a flush (`make bench`, section wal; docs/benchmarks.md). Milvus proper seals segments
 itself and discourages frequent client flushes, so `auto` flushes only on milvus-lite.
 
 The writer (the ingest service) runs one `WalFlusher`: once writes have paused for `idle_s`, or

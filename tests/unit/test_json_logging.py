@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from ragrpc.json_logging import JsonLogFormatter
+from ragrpc.logging_setup import JsonLogFormatter
 from ragrpc.request_context import FixedTenantResolver, RequestContextInterceptor, RequestIdLogFilter
 
 

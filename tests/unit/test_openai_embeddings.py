@@ -15,10 +15,9 @@ import pytest
 
 from ragrpc import errors
 from ragrpc.config import Settings
-from ragrpc.embeddings import SentenceTransformerEmbedder, embedder_from_settings
+from ragrpc.embeddings import SentenceTransformerEmbedder, TruncatedEmbedder, embedder_from_settings
 from ragrpc.openai_embeddings import OpenAiEmbedder
 from ragrpc.tokens import HfTokenCounter, TiktokenCounter
-from ragrpc.truncated_embeddings import TruncatedEmbedder
 from tests.support.embeddings_server import Behaviour, EmbeddingsServer, hashed_vector
 
 KEY_ENV = "RAGRPC_TEST_EMBEDDING_KEY"

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from ragrpc.config import Settings
-from ragrpc.embeddings import embedder_from_settings
+from ragrpc.embeddings import TruncatedEmbedder, embedder_from_settings, truncate_normalised
 from ragrpc.testing import HashingEmbedder
-from ragrpc.truncated_embeddings import TruncatedEmbedder, truncate_normalised
 
 TEXTS = [
     "Ducks swim on ponds and eat water plants all summer long",
