@@ -8,6 +8,7 @@ from query_service.generation.base import ChatMessage
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult
 from ragrpc import errors
 from ragrpc.models import ScoredChunk
+from ragrpc.store.request_filter import MetadataCondition
 from ragrpc.v1 import common_pb2, retrieve_pb2
 
 _SCORE_KINDS: dict[str, int] = {
@@ -73,17 +74,36 @@ def retrieval_query(
         tags=list(flt.tags),
         time_after=flt.document_time_after.seconds if flt.HasField("document_time_after") else None,
         time_before=flt.document_time_before.seconds if flt.HasField("document_time_before") else None,
-        facts={
-            key: values
-            for key, values in (
-                ("organization", list(flt.organizations)),
-                ("ticker", list(flt.tickers)),
-                ("document_type", list(flt.document_types)),
-                ("fiscal_period", list(flt.fiscal_periods)),
-            )
-            if values
-        },
+        metadata=metadata_conditions(flt),
     )
+
+
+# The deprecated MetadataFilter fields of the filings enricher's facts: field -> the metadata key it names.
+DEPRECATED_METADATA_FIELDS = (
+    ("organizations", "organization"),
+    ("tickers", "ticker"),
+    ("document_types", "document_type"),
+    ("fiscal_periods", "fiscal_period"),
+)
+
+
+def metadata_conditions(flt: retrieve_pb2.MetadataFilter) -> list[MetadataCondition]:
+    """The request's metadata conditions: `metadata[key]`, and the deprecated fields as aliases of their keys."""
+    conditions = [
+        MetadataCondition(key, tuple(entry.values), request_field=f"options.filter.metadata[{key}]")
+        for key, entry in sorted(flt.metadata.items())
+    ]
+    for name, key in DEPRECATED_METADATA_FIELDS:
+        if values := tuple(getattr(flt, name)):
+            conditions.append(
+                MetadataCondition(key, values, request_field=f"options.filter.{name}", deprecated_alias=True)
+            )
+    for condition in conditions:
+        if not condition.values:
+            raise errors.InvalidInputError(
+                f"metadata key {condition.key!r} needs at least one value", field=condition.field_path
+            )
+    return conditions
 
 
 def ask_query(request: retrieve_pb2.AskRequest, retrieval: RetrievalQuery) -> AskQuery:

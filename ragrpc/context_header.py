@@ -7,18 +7,18 @@ the same boilerplate section in two reports).
 
 Only what is embedded and indexed carries it: `Chunk.text`, what callers read, prompts and
 citations, is the chunk's own text. The header is built from stored fields (the chunk's `title`
-and `section_path`, and the facts of `FACT_KEYS` in its metadata), so the ingest service
-(embedding) and the query service (its BM25 index) build the same one without storing it twice.
-It is cut to `MAX_HEADER_TOKENS` model tokens and to what the chunk leaves free of the model's
-window (`header_budget`): the chunk planner plans with the whole window, so adding headers never
-splits a passage that was one chunk, and a chunk that fills the window gets a shorter header or
-none. A chunk whose text already begins with the title (the first chunk of a document that opens
-with its title) gets no second copy of it.
+and `section_path`, and the header terms in its metadata under `HEADER_TERMS_KEY`: what the
+enrichers of its ingestion said the document is, see ragrpc.enrich, or what the request's
+metadata gave), so the ingest service (embedding) and the query service (its BM25 index) build
+the same one without storing it twice. It is cut to `MAX_HEADER_TOKENS` model tokens and to what
+the chunk leaves free of the model's window (`header_budget`): the chunk planner plans with the
+whole window, so adding headers never splits a passage that was one chunk, and a chunk that fills
+the window gets a shorter header or none. A chunk whose text already begins with the title (the
+first chunk of a document that opens with its title) gets no second copy of it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,10 +27,9 @@ from ragrpc.tokens import TokenCounter
 
 MAX_HEADER_TOKENS = 32
 SEPARATOR = " | "
-# Chunk metadata keys of the facts found in filings and reports (ingest_service.filing_facts), in
-# the order the header names them.
-FACT_KEYS = ("organization", "ticker", "document_type", "fiscal_period")
-_WORDS = re.compile(r"[^\W_]+")
+# Chunk metadata key of the words the header names after the title (a document's enrichers give
+# them at ingestion, ragrpc.enrich; a request's metadata may give them too).
+HEADER_TERMS_KEY = "header_terms"
 
 
 def context_header(
@@ -39,13 +38,12 @@ def context_header(
     metadata: Mapping[str, Any] | None = None,
     text: str = "",
 ) -> str:
-    """The header text (without token cut): title, the document's facts (organisation, document
-    type, fiscal period) that the title does not already say, then the section path. The title is
-    left out when `text`, the chunk's own text, already begins with it."""
+    """The header text (without token cut): title, the header terms of `metadata`, then the section
+    path. The title is left out when `text`, the chunk's own text, already begins with it."""
     title = " ".join(title.split()) if title else ""
     parts = [title] if title and not _begins_with(text, title) else []
-    if facts := facts_phrase(metadata, said=title):
-        parts.append(facts)
+    if terms := " ".join(str((metadata or {}).get(HEADER_TERMS_KEY) or "").split()):
+        parts.append(terms)
     sections = [" ".join(s.split()) for s in section_path if s and s.strip()]
     # a section path that repeats the title (a document whose first heading is its title) adds nothing
     if sections and parts and sections[0].casefold() == parts[0].casefold():
@@ -53,26 +51,6 @@ def context_header(
     if sections:
         parts.append(" > ".join(sections))
     return SEPARATOR.join(parts)
-
-
-def facts_phrase(metadata: Mapping[str, Any] | None, said: str = "") -> str:
-    """The facts of `FACT_KEYS` in `metadata` that `said` (the title) does not already say, in one
-    phrase: "Advanced Micro Devices, Inc. (AMD) 10-K FY2022". A ticker is in parentheses, and left
-    out when `said` or the organisation already has it as a word."""
-    said_text = said.casefold()
-    parts: list[str] = []
-    for key in FACT_KEYS:
-        value = " ".join(str((metadata or {}).get(key) or "").split())
-        if not value:
-            continue
-        if key == "ticker":
-            if value.casefold() in _WORDS.findall(f"{said_text} {' '.join(parts).casefold()}"):
-                continue
-            value = f"({value})"
-        elif value.casefold() in said_text:
-            continue
-        parts.append(value)
-    return " ".join(parts)
 
 
 def _begins_with(text: str, title: str) -> bool:

@@ -3,6 +3,7 @@ real services over gRPC.
 
     python -m scripts.eval ../shared/eval/ir/scifact:train ../shared/eval/ir/cisi:test [--json out.json]
     python -m scripts.eval --lookalike-only [--lookalike-max-questions N]
+    python -m scripts.eval --enrichers ""        (the services without enrichers; default: filings)
 
 For each dataset: start milvus-lite, the ingest service and two query services (sparse
 backend milvus_bm25 and rank_bm25), ingest the corpus through IngestDocuments (skipped when
@@ -206,8 +207,11 @@ def baseline_row(dataset: BeirDataset, baseline: dict) -> dict[str, float]:
     }
 
 
-def evaluate_dataset(spec: str, include_milvus_bm25: bool, only: tuple[str, ...] = ()) -> dict:
-    """Ingests one dataset and runs every configuration (or those named in `only`) over it."""
+def evaluate_dataset(
+    spec: str, include_milvus_bm25: bool, only: tuple[str, ...] = (), enrichers: str = "filings"
+) -> dict:
+    """Ingests one dataset and runs every configuration (or those named in `only`) over it, the services
+    running `enrichers` (RAGRPC_ENRICHERS)."""
     path_text, _, split = spec.partition(":")
     path = Path(path_text).resolve()
     dataset = load_beir(path, split or "test")
@@ -216,9 +220,9 @@ def evaluate_dataset(spec: str, include_milvus_bm25: bool, only: tuple[str, ...]
     print(f"  {name:10s} {'plain rank-bm25 baseline':28s} nDCG@10 {baseline['ndcg@10']:.4f}", file=sys.stderr)
     with Stack(REPO / ".eval" / name) as stack:
         stack.start_milvus()
-        ingest_address = stack.start_ingest({"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"})
+        env = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}", "RAGRPC_ENRICHERS": enrichers}
+        ingest_address = stack.start_ingest(env)
         ingestion = ingest(ingest_address, dataset, name)
-        env = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}"}
         chosen = [c for c in configs(include_milvus_bm25) if not only or c.name in only]
         backends = sorted({c.backend for c in chosen})
         addresses = {b: stack.start_query(f"query-{b}", {**env, "RAGRPC_SPARSE_BACKEND": b}) for b in backends}
@@ -234,6 +238,7 @@ def evaluate_dataset(spec: str, include_milvus_bm25: bool, only: tuple[str, ...]
             print(f"  {name:10s} {config.name:28s} nDCG@10 {metrics['ndcg@10']:.4f}", file=sys.stderr, flush=True)
     return {
         "dataset": name,
+        "enrichers": enrichers,
         "split": split or "test",
         "queries": len(dataset.judged_queries()),
         "ingestion": ingestion,
@@ -277,15 +282,28 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help='run only this configuration of the BEIR tables (repeatable), e.g. --config "sparse milvus_bm25"',
     )
+    parser.add_argument(
+        "--enrichers",
+        default="filings",
+        help="RAGRPC_ENRICHERS of the services (default filings, as the look-alike set's filings and the figures "
+        'in docs/eval.md were measured; "" for none). A collection ingested under other enrichers keeps its '
+        "chunks: use an empty .eval/ (or --json elsewhere and another tree) to compare",
+    )
     args = parser.parse_args(argv)
     known = {c.name for c in configs(include_milvus_bm25=True)}
     if unknown := [name for name in args.config if name not in known]:
         parser.error(f"unknown configuration(s) {unknown}; choose from {sorted(known)}")
     only = tuple(args.config)
-    reports = [] if args.lookalike_only else [evaluate_dataset(s, not args.no_milvus_bm25, only) for s in args.datasets]
+    reports = (
+        []
+        if args.lookalike_only
+        else [evaluate_dataset(s, not args.no_milvus_bm25, only, args.enrichers) for s in args.datasets]
+    )
     lookalike = None
     if not args.no_lookalike:
-        lookalike = evaluate_lookalike(lookalike_configs(), max_questions=args.lookalike_max_questions)
+        lookalike = evaluate_lookalike(
+            lookalike_configs(), max_questions=args.lookalike_max_questions, enrichers=args.enrichers
+        )
     if reports:
         print_table(reports)
     if lookalike:

@@ -96,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         dataset = load_beir(path, split or "test")
         with Stack(REPO / ".eval" / name) as stack:
             stack.start_milvus()
-            overrides = {"RAGRPC_COLLECTION_PREFIX": f"eval_{name}", "RAGRPC_SPARSE_BACKEND": "rank_bm25", **env}
+            overrides = {
+                "RAGRPC_COLLECTION_PREFIX": f"eval_{name}",
+                "RAGRPC_SPARSE_BACKEND": "rank_bm25",
+                "RAGRPC_ENRICHERS": "filings",  # as make eval ingested and queried them (--env overrides it)
+                **env,
+            }
             address = stack.start_query("query-sweep", overrides)
             with grpc.insecure_channel(address) as channel:
                 stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ragrpc.models import ChunkRecord, DocumentRecord, IngestJobRecord, ScoredChunk, WriterLeaseRecord
 from ragrpc.store.filters import FilterExpr
+from ragrpc.store.metadata_fields import MetadataFields
 
 
 class ChunkStore(Protocol):
@@ -33,6 +34,11 @@ class ChunkStore(Protocol):
     @property
     def upsert_keeps_partitions(self) -> bool:
         """False where upserted rows leave their tenant partition (Milvus 2.3): update by new generation."""
+        ...
+
+    @property
+    def metadata_fields(self) -> MetadataFields:
+        """The metadata keys the collection filters on, each a field of its rows (ragrpc.store.metadata_fields)."""
         ...
 
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None: ...

@@ -3,9 +3,10 @@
 `CollectionSetup.ensure(model_id, dimension, provider=...)` is idempotent and runs at the start of
 both services: it creates the collections when missing (only the writer does), refuses to
 work with a collection built by another embedding provider, model or dimension
-(ModelMismatchError, see ragrpc.store.model_record), detects
-whether the server has the BM25 function, and loads the collections (after a restart
-they come back released).
+(ModelMismatchError, see ragrpc.store.model_record), reads the metadata keys the chunks
+collection filters on (declared when it was created, a field each, recorded next to the embedding
+identity; see ragrpc.store.metadata_fields), detects whether the server has the BM25 function, and loads the
+collections (after a restart they come back released).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from ragrpc import errors
 from ragrpc.store import schema as s
+from ragrpc.store.metadata_fields import MAX_VALUE_BYTES, RECORD_KEY, MetadataFields, follow_recorded
 from ragrpc.store.milvus_connection import MilvusConnection, translate_errors
 from ragrpc.store.model_record import LOCAL_PROVIDER, EmbeddingIdentity, ensure_recorded
 
@@ -103,13 +105,19 @@ class CollectionSetup:
         index: IndexConfig,
         *,
         chunks_schema: int = CHUNKS_SCHEMA,
+        metadata_keys: tuple[str, ...] | None = (),
     ) -> None:
+        """metadata_keys: the filterable metadata keys a new chunks collection declares (RAGRPC_METADATA_FILTER_KEYS;
+        None: none and no record, as collections were created before keys could be declared, for tests)."""
         if chunks_schema not in (1, 2):
             raise ValueError(f"chunks schema {chunks_schema} unknown; 1 or 2")
         self._conn = connection
         self._names = names
         self._index = index
         self._chunks_schema = chunks_schema  # what a new chunks collection gets (1: as created before, for tests)
+        self._metadata_keys = metadata_keys
+        # the keys the chunks collection filters on, as recorded on it (known once `ensure` ran)
+        self.metadata_fields = MetadataFields()
         self.bm25_supported = False
         # schema 2: `bm25_text` holds each chunk's analysed terms (Milvus' BM25 reads them where the server
         # has BM25); schema 1: no such field, Milvus' BM25 reads the raw `text`
@@ -141,6 +149,10 @@ class CollectionSetup:
                     reason="COLLECTION_MISSING",
                 )
             self._create_chunks(client, dimension)
+            if self._metadata_keys is not None:  # recorded next to the embedding identity (None: as before, tests)
+                self._write_model_record(
+                    client, {**(self._read_model_record(client) or {}), RECORD_KEY: list(self._metadata_keys)}
+                )
         if not client.has_collection(self._names.jobs):
             if create:
                 self._create_jobs(client)
@@ -155,6 +167,7 @@ class CollectionSetup:
             )
         )
         fields = self._chunk_fields(client)
+        self.metadata_fields = self._recorded_metadata_fields(client, create=create)
         self.bm25_supported = s.SPARSE in fields
         self.bm25_analysed = s.BM25_TEXT in fields
         if self.bm25_supported and not self.bm25_analysed:
@@ -173,17 +186,42 @@ class CollectionSetup:
                 self.server_version,
             )
 
+    def _recorded_metadata_fields(self, client: Any, *, create: bool) -> MetadataFields:
+        """The metadata keys of the chunks collection: its `meta_<key>` fields (what each row must carry),
+        recorded in the registry's model record next to the embedding identity (`RECORD_KEY`), which tells a
+        collection created with no keys from one created before keys could be declared (no record, no such
+        fields: legacy). The writer records what the fields say; a service whose setting differs follows them
+        and logs it (ragrpc.store.metadata_fields)."""
+        if not client.has_collection(self._names.chunks):
+            return MetadataFields()
+        names = [str(f.get("name")) for f in client.describe_collection(self._names.chunks).get("fields", [])]
+        keys = tuple(n.removeprefix(s.METADATA_FIELD_PREFIX) for n in names if n.startswith(s.METADATA_FIELD_PREFIX))
+        record = self._read_model_record(client) or {}
+        recorded = record.get(RECORD_KEY)
+        if recorded is None and not keys:
+            found = MetadataFields(legacy=True)
+        else:
+            found = MetadataFields(keys)
+            if create and recorded != list(keys):
+                self._write_model_record(client, {**record, RECORD_KEY: list(keys)})
+        return follow_recorded(found, self._metadata_keys or (), self._names.chunks)
+
+    def _read_model_record(self, client: Any) -> dict[str, Any] | None:
+        rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])
+        return dict(rows[0][s.RECORD] or {}) if rows else None
+
+    def _write_model_record(self, client: Any, record: dict[str, Any]) -> None:
+        row = _registry_row_defaults()
+        row.update({s.DOC_KEY: s.MODEL_INFO_KEY, s.RECORD: record})
+        client.upsert(self._names.documents, [row])
+
     def _check_model(self, client: Any, identity: EmbeddingIdentity, *, create: bool) -> None:
-        def read() -> dict[str, Any] | None:
-            rows = client.get(self._names.documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD])
-            return (rows[0][s.RECORD] or {}) if rows else None
-
-        def write(record: dict[str, Any]) -> None:
-            row = _registry_row_defaults()
-            row.update({s.DOC_KEY: s.MODEL_INFO_KEY, s.RECORD: record})
-            client.upsert(self._names.documents, [row])
-
-        ensure_recorded(read, write, identity, create=create)
+        ensure_recorded(
+            lambda: self._read_model_record(client),
+            lambda record: self._write_model_record(client, record),
+            identity,
+            create=create,
+        )
 
     def _create_registry(self, client: Any) -> None:
         from pymilvus import DataType
@@ -279,6 +317,8 @@ class CollectionSetup:
             s.TAGS, DataType.ARRAY, element_type=DataType.VARCHAR, max_capacity=s.MAX_TAGS, max_length=s.MAX_TAG_LENGTH
         )
         schema.add_field(s.METADATA, DataType.JSON)
+        for key in self._metadata_keys or ():  # the filterable metadata keys, each a field of its own
+            schema.add_field(s.metadata_field(key), DataType.VARCHAR, max_length=MAX_VALUE_BYTES)
         schema.add_field(s.DENSE, DataType.FLOAT_VECTOR, dim=dimension)
         index = client.prepare_index_params()
         index.add_index(

@@ -11,6 +11,7 @@ from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.collections import CollectionNames, CollectionSetup, IndexConfig
+from ragrpc.store.metadata_fields import parse_keys
 from ragrpc.store.milvus_chunks import MilvusChunkStore
 from ragrpc.store.milvus_connection import MilvusConnection
 from ragrpc.store.milvus_registry import MilvusDocumentRegistry
@@ -66,7 +67,7 @@ def open_milvus_stores(
     connection.wait_until_ready(wait_s)
     names = CollectionNames.with_prefix(settings.collection_prefix)
     index = index_config(settings)
-    setup = CollectionSetup(connection, names, index)
+    setup = CollectionSetup(connection, names, index, metadata_keys=parse_keys(settings.metadata_filter_keys))
     deadline = time.monotonic() + wait_s
     while True:
         try:

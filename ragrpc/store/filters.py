@@ -159,7 +159,10 @@ class ContainsAny(FilterExpr):
 
 @dataclass(frozen=True)
 class JsonKeyIn(FilterExpr):
-    """`field["key"]` is one of `values`, on a JSON field; the key is from a fixed list, never caller text."""
+    """`field["key"]` is one of `values`, on a JSON field (the metadata of collections created before
+    metadata keys could be declared; ragrpc.store.metadata_fields). Where a row has no such JSON field,
+    `matches` reads the key's plain attribute instead (`schema.metadata_field(key)`), as the query
+    service's in-process indexes keep a chunk's metadata."""
 
     field: str
     key: str
@@ -178,7 +181,9 @@ class JsonKeyIn(FilterExpr):
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         document = row.get(self.field)
-        return isinstance(document, Mapping) and document.get(self.key) in self.values
+        if isinstance(document, Mapping):
+            return document.get(self.key) in self.values
+        return row.get(schema.metadata_field(self.key)) in self.values
 
 
 @dataclass(frozen=True)
@@ -265,9 +270,11 @@ class FilterBuilder:
         checked = self._values(field_name, values, lambda v: self._string(field_name, v))
         return ContainsAny(field_name, checked)
 
-    def metadata_in(self, key: str, values: Iterable[str]) -> FilterExpr:
-        """Chunks whose metadata[key] is one of `values` (key: schema.FILTERABLE_METADATA_KEYS)."""
-        if key not in schema.FILTERABLE_METADATA_KEYS:
+    def json_key_in(self, key: str, values: Iterable[str]) -> FilterExpr:
+        """Chunks whose metadata JSON holds one of `values` under `key` (an identifier): the filter of the
+        deprecated MetadataFilter fields on collections created before metadata keys could be declared.
+        Collections that declare a key filter on its own field (`in_` on `schema.metadata_field(key)`)."""
+        if not isinstance(key, str) or not _IDENTIFIER.match(key):
             raise InvalidInputError(f"metadata key {key!r} cannot be filtered on", field=str(key))
         field_path = f"{schema.METADATA}.{key}"
 

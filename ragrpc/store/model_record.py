@@ -2,7 +2,10 @@
 
 The registry holds one record (under schema.MODEL_INFO_KEY in Milvus):
 
-    {"provider": "local" | "openai", "model_id": str, "dimension": int}
+    {"provider": "local" | "openai", "model_id": str, "dimension": int, "metadata_keys": [str, ...]}
+
+("metadata_keys": the filterable metadata keys of the chunks collection, ragrpc.store.metadata_fields;
+absent from collections created before keys could be declared; not part of the identity checked here.)
 
 The first writer records its identity; every later service start compares its own with it and is
 refused with ModelMismatchError (FAILED_PRECONDITION) when the provider, the model or the dimension

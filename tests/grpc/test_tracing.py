@@ -168,7 +168,7 @@ async def test_retrieve_spans(settings: Settings, tracer: OtelTracer, exporter: 
     assert dense["ragrpc.dense.requested"] == 20 and dense["ragrpc.dense.hits"] == 3
     sparse = _attrs(spans["sparse"])
     assert sparse["ragrpc.sparse.backend"] == "rank_bm25" and sparse["ragrpc.sparse.requested"] == 20
-    assert sparse["ragrpc.sparse.query_words"] == 5 and "ragrpc.sparse.period_terms" not in sparse
+    assert sparse["ragrpc.sparse.query_words"] == 5 and "ragrpc.sparse.added_terms" not in sparse  # no enricher
     assert 1 <= sparse["ragrpc.sparse.hits"] <= 3
     fuse = _attrs(spans["fuse"])
     assert fuse["ragrpc.fuse.method"] == "rrf" and fuse["ragrpc.fuse.rrf_k"] == 20  # RAGRPC_RRF_K

@@ -20,7 +20,8 @@ def test_provider_and_dimension_are_recorded_and_checked(milvus_settings: Settin
     writer = open_milvus_stores(milvus_settings, model_id=MODEL, dimension=256, provider="openai", writer=True)
     documents = CollectionNames.with_prefix(milvus_settings.collection_prefix).documents
     rows = writer.connection.call(lambda c: c.get(documents, ids=[s.MODEL_INFO_KEY], output_fields=[s.RECORD]))
-    assert rows[0][s.RECORD] == {"provider": "openai", "model_id": MODEL, "dimension": 256}
+    # the identity, and the metadata keys the chunks collection was created with (ragrpc.store.metadata_fields)
+    assert rows[0][s.RECORD] == {"provider": "openai", "model_id": MODEL, "dimension": 256, "metadata_keys": []}
     open_milvus_stores(milvus_settings, model_id=MODEL, dimension=256, provider="openai", writer=False)
     for dimension, provider in ((384, "openai"), (256, "local")):
         with pytest.raises(errors.ModelMismatchError) as caught:

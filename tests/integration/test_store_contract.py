@@ -22,12 +22,14 @@ from ragrpc.store import paging
 from ragrpc.store import schema as s
 from ragrpc.store.bm25_text import Bm25Text
 from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.metadata_fields import MetadataFields
 from ragrpc.store.paging import KEYED_SCAN_MIN_PAGES, MAX_QUERY_WINDOW
-from ragrpc.store.request_filter import filter_from_request
+from ragrpc.store.request_filter import MetadataCondition, filter_from_request
 from ragrpc.testing import InMemoryChunkStore, InMemoryDocumentRegistry, all_keys, all_records
 
 PAGE = 7
 DIM = 8
+FACT_KEYS = ("organization", "ticker", "document_type", "fiscal_period")  # the collection's declared keys
 REGISTRY = f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 
 
@@ -49,11 +51,15 @@ def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
     milvus-lite-iterator: scans page with an iterator (a small collection, and a Milvus server)."""
     if request.param == "memory":
         # it keeps each chunk's analysed terms, as a collection of chunks schema 2 does
-        chunks = InMemoryChunkStore(page_size=PAGE, bm25_text=Bm25Text(EnglishAnalyzer()))
+        chunks = InMemoryChunkStore(
+            page_size=PAGE, bm25_text=Bm25Text(EnglishAnalyzer()), metadata_fields=MetadataFields(FACT_KEYS)
+        )
         yield Stores(chunks, InMemoryDocumentRegistry(page_size=PAGE))
         return
     milvus_settings: Settings = request.getfixturevalue("milvus_settings")
-    configured = dataclasses.replace(milvus_settings, store_page_size=PAGE, index_type="FLAT")
+    configured = dataclasses.replace(
+        milvus_settings, store_page_size=PAGE, index_type="FLAT", metadata_filter_keys=",".join(FACT_KEYS)
+    )
     opened = open_milvus_stores(configured, model_id="contract/model", dimension=DIM, writer=True)
     assert opened.chunks.key_scan_from_rows == opened.registry.key_scan_from_rows == KEYED_SCAN_MIN_PAGES * PAGE
     keyed = request.param == "milvus-lite"
@@ -212,7 +218,7 @@ def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:
     assert stores.chunks.get_chunks([]) == []
 
 
-def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores) -> None:
+def test_a_filter_on_declared_metadata_keys_selects_by_exact_value(stores: Stores) -> None:
     facts = [
         {"organization": "Amazon.com, Inc.", "ticker": "AMZN", "document_type": "10-K", "fiscal_period": "FY2017"},
         {"organization": "Amazon.com, Inc.", "document_type": "10-Q", "fiscal_period": "2018-Q2"},
@@ -223,7 +229,8 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     stores.chunks.insert_chunks(chunks)
 
     def found(**wanted: list[str]) -> set[str]:
-        expr = filter_from_request("t1", facts=wanted)
+        conditions = [MetadataCondition(key, tuple(values)) for key, values in wanted.items()]
+        expr = filter_from_request("t1", metadata=conditions, fields=stores.chunks.metadata_fields)
         hits = stores.chunks.search_dense(np.array(_vector(0), dtype=np.float32), expr, 10)
         by_query = {c.document_id for c in stores.chunks.query_chunks(expr, limit=10)}
         assert {h.chunk.document_id for h in hits} == by_query  # search and query filter alike
@@ -235,8 +242,8 @@ def test_a_filter_on_the_facts_in_metadata_selects_by_exact_value(stores: Stores
     assert found(organization=["amazon.com, inc."]) == set()  # exact values
     assert found(ticker=["AAPL", "AMZN"]) == {"d0", "d2"} and found(ticker=["AMZN"], fiscal_period=["2018-Q2"]) == set()
     with pytest.raises(errors.InvalidInputError) as refused:
-        filter_from_request("t1", facts={"author": ["x"]})
-    assert "cannot be filtered on" in refused.value.message
+        filter_from_request("t1", metadata=[MetadataCondition("author", ("x",))], fields=stores.chunks.metadata_fields)
+    assert "'author' is not declared" in refused.value.message
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def test_document_terms_are_the_rank_bm25_analyzer_s_terms_of_header_and_text() 
         "Ducks were swimming in the ponds.",
         title="Wetland survey",
         section_path=("Birds",),
-        metadata={"organization": "Acme Corp", "fiscal_period": "FY2017"},
+        metadata={"header_terms": "Acme Corp FY2017", "organization": "Not in the header"},
     )
     terms = Bm25Text(EnglishAnalyzer()).document(chunk).split(" ")
     assert terms == ["wetland", "survey", "acm", "corp", "fy2017", "bird", "duck", "swim", "pond"]

@@ -20,7 +20,6 @@ from ragrpc.context_header import (
     context_header,
     cut_to_tokens,
     embedded_text,
-    facts_phrase,
     header_budget,
     with_header,
 )
@@ -47,20 +46,15 @@ def test_the_header_names_title_and_sections_and_skips_a_repeated_title() -> Non
     assert with_header("", "body") == "body" and with_header("H", "body") == "H\nbody"
 
 
-def test_the_facts_of_a_filing_follow_the_title_with_the_ticker_in_parentheses() -> None:
-    amd = {"organization": "Advanced Micro Devices, Inc.", "ticker": "AMD", "document_type": "10-K"}
-    amd["fiscal_period"] = "FY2022"
-    assert facts_phrase(amd) == "Advanced Micro Devices, Inc. (AMD) 10-K FY2022"
-    assert context_header("Annual Report", ("Item 8",), amd) == (
+def test_the_header_terms_of_the_metadata_follow_the_title() -> None:
+    terms = {"header_terms": "Advanced Micro Devices, Inc. (AMD)  10-K FY2022"}  # an enricher's, or the request's
+    assert context_header("Annual Report", ("Item 8",), terms) == (
         "Annual Report | Advanced Micro Devices, Inc. (AMD) 10-K FY2022 | Item 8"
     )
-    # what the title already says is not repeated; a ticker only as a whole word of the title or name
-    assert facts_phrase(amd, said="AMD 10-K for fiscal 2022") == "Advanced Micro Devices, Inc. FY2022"
-    assert facts_phrase({"organization": "AT&T Inc.", "ticker": "T"}) == "AT&T Inc."
-    assert facts_phrase({"organization": "Caterpillar Inc.", "ticker": "CAT"}) == "Caterpillar Inc. (CAT)"
-    # a document of no facts, or facts without a ticker, has the header it had before tickers
-    assert facts_phrase({}) == "" and context_header("Guide", (), {"tags": "x"}) == "Guide"
-    assert facts_phrase({"organization": "Amazon.com, Inc.", "document_type": "10-K"}) == "Amazon.com, Inc. 10-K"
+    assert context_header("", ("Item 8",), terms) == "Advanced Micro Devices, Inc. (AMD) 10-K FY2022 | Item 8"
+    # other metadata, of any key, is not in the header
+    assert context_header("Guide", (), {"organization": "Acme Corp", "tags": "x"}) == "Guide"
+    assert context_header("Guide", (), {"header_terms": "  "}) == "Guide"
 
 
 def test_a_long_header_is_cut_at_a_word_to_its_token_budget() -> None:
@@ -106,10 +100,11 @@ async def test_the_header_is_embedded_but_not_returned_and_bm25_finds_the_docume
 
 async def test_what_was_embedded_can_be_rebuilt_from_the_stored_chunk() -> None:
     """The ingestion benchmark compares the service with the model embedding the same texts, rebuilt
-    from the stored chunks (title, section path, metadata with the document's facts, text)."""
+    from the stored chunks (title, section path, metadata with the enrichers' header terms, text)."""
     embedder = RecordingEmbedder()
     chunks = InMemoryChunkStore()
-    ingest = build_components(_settings(chunk_size_tokens=30), embedder, chunks, InMemoryDocumentRegistry())
+    settings = _settings(chunk_size_tokens=30, enrichers="filings")
+    ingest = build_components(settings, embedder, chunks, InMemoryDocumentRegistry())
     spec = DocumentSpecInput(
         document_id="acme-q3", file_name="acme-q3.md", title="0001018724-18-000005", metadata={"team": "ir"}
     )
@@ -123,6 +118,8 @@ async def test_what_was_embedded_can_be_rebuilt_from_the_stored_chunk() -> None:
     rebuilt = [embedded_text(c.title, c.section_path, c.metadata, c.text, counter, window) for c in stored]
     assert len(stored) > 2 and rebuilt == embedder.texts
     assert any(text != c.text for text, c in zip(rebuilt, stored, strict=True))  # headers were added
+    assert all(c.metadata["header_terms"] == "Acme Corporation 10-Q 2018-Q3" for c in stored)
+    assert all("Acme Corporation 10-Q 2018-Q3" in text.split("\n", 1)[0] for text in rebuilt)
     ingest.shutdown()
 
 
@@ -202,5 +199,4 @@ def test_a_chunk_that_begins_with_the_title_gets_no_second_copy() -> None:
     assert context_header("Alpha Report", ("Results",), None, "Alpha  report\n\nThe body") == "Results"
     assert context_header("Alpha Report", (), None, "Alpha report\nbody") == ""
     assert context_header("Alpha Report", (), None, "The body mentions Alpha Report") == "Alpha Report"
-    facts = {"organization": "Acme Corp", "fiscal_period": "FY2017"}
-    assert context_header("Acme Corp 10-K", (), facts, "Acme Corp 10-K\nItem 1") == "FY2017"
+    assert context_header("Acme Corp 10-K", (), {"header_terms": "FY2017"}, "Acme Corp 10-K\nItem 1") == "FY2017"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest_service.filing_facts import meaningful_title
+from ragrpc.enrich.titles import meaningful_title
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest_service.filing_facts import extract_filing_facts
+from ragrpc.enrich.filings.facts import extract_filing_facts
 
 _COVER_TOP = """UNITED STATES
 SECURITIES AND EXCHANGE COMMISSION

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest_service.filing_facts import DOCUMENT_TYPES, FilingFacts, extract_filing_facts
+from ragrpc.enrich.filings.facts import DOCUMENT_TYPES, FilingFacts, extract_filing_facts
 
 AMAZON_10K = """UNITED STATES
 SECURITIES AND EXCHANGE COMMISSION

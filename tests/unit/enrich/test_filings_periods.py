@@ -1,14 +1,14 @@
 """extract_filing_facts on the phrases that name a filing's period and type: stated quarters,
 quarter and fiscal-year end dates (calendar naming for shifted fiscal years), forms and document
 kinds, dates broken by PDF extraction; for a bare quarter end, the quarter the filing's text names
-most, or its file name's (ingest_service.filing_periods)."""
+most, or its file name's (ragrpc.enrich.filings.periods)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ingest_service.filing_facts import extract_filing_facts
-from ingest_service.filing_periods import BODY_CHARS
+from ragrpc.enrich.filings.facts import extract_filing_facts
+from ragrpc.enrich.filings.periods import BODY_CHARS
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The fiscal period of a filing or report and its end date (two of the facts of ingest_service.filing_facts).
+"""The fiscal period of a filing or report and its end date (two of the facts of ragrpc.enrich.filings.facts).
 
 Pure and deterministic. Each found value comes with its source: the rule and the text that gave it.
 
@@ -23,6 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from ragrpc.enrich.titles import DATE
+from ragrpc.enrich.titles import MONTH as _MONTH
+
 HEADLINE_CHARS = 2_000  # where a document's headline stands: its first characters
 BODY_CHARS = 400_000  # what is read of a document for the quarters it names, when its cover states only a quarter's end
 
@@ -37,13 +40,6 @@ def first_match(patterns: tuple[re.Pattern[str], ...], text: str) -> re.Match[st
 
 
 _MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
-_MONTH = (  # "Dec.", "DECEMBER", "Sept."
-    r"\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
-    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-)
-DATE = (
-    rf"(?:{_MONTH}\.?\s*\d{{1,2}}\s*,?\s*\d{{4}}|\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}\.?,?\s+\d{{4}}|\d{{4}}-\d\d-\d\d)"
-)
 _ORD = r"(?:first|second|third|fourth|1st|2nd|3rd|4th)"
 _Q_NUMBER = {"first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3, "fourth": 4, "4th": 4}
 _YEAR, _ENDED = r"(?:19|20)\d\d", rf"(?:\s+ended:?\s+(?P<date>{DATE}))?"

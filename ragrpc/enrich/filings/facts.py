@@ -1,9 +1,10 @@
 """The facts users filter filings and reports by: organisation, document type, fiscal period, period end.
 
 Pure and deterministic: reads the text of a document's first pages (and its title, when that is a real title,
-see `meaningful_title`) and returns `FilingFacts`, whose `sources` say which rule and which text gave each value.
-A fact that no rule finds is "", never a guess from body text. Only the first 8,000 characters are read, and
-nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, a DOI): papers quote filings.
+see `ragrpc.enrich.titles.meaningful_title`) and returns `FilingFacts`, whose `sources` say which rule and which
+text gave each value. A fact that no rule finds is "", never a guess from body text. Only the first 8,000
+characters are read, and nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, a DOI):
+papers quote filings.
 
 - document_type is one of DOCUMENT_TYPES. Precedence: an SEC form line ("Form 10-Q" alone on a line, or "FORM
   10-K" in capitals; the earliest) > "ANNUAL/QUARTERLY REPORT PURSUANT TO SECTION 13" > the title naming a form or
@@ -18,7 +19,7 @@ nothing from text that looks like a paper (an Abstract or Keywords line, arXiv, 
   "Trading Symbol(s)" table (as lines of text or as a table; symbols with digits, of notes such as "JNJ24C", are
   skipped), else the first "(NYSE: JNJ)" / "(Nasdaq: AMD)". Questions name companies by ticker ("AMD", "JnJ");
   an all-capitals cover, where a symbol can't be told from the words around it, gives none.
-- fiscal_period and period_end: see ingest_service.filing_periods (the cover's stated period or period end; for a
+- fiscal_period and period_end: see ragrpc.enrich.filings.periods (the cover's stated period or period end; for a
   bare quarter end, the quarter the document's text names most, or its file name's).
 """
 
@@ -27,7 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ingest_service.filing_periods import DATE, HEADLINE_CHARS, find_period, first_match, rx
+from ragrpc.enrich.filings.periods import HEADLINE_CHARS, find_period, first_match, rx
+from ragrpc.enrich.titles import meaningful_title
 
 DOCUMENT_TYPES = frozenset(
     {"10-K", "10-Q", "8-K", "20-F", "annual report", "quarterly report", "earnings release", "proxy statement"}
@@ -253,34 +255,6 @@ def _ticker(head: str, flat: str) -> tuple[str, str]:
         if _SYMBOL.fullmatch(symbol := m[0].split(":", 1)[1].strip(" )").split(",")[0].strip().rstrip(".")):
             return symbol, f"exchange and symbol: {m[0]!r}"
     return "", ""
-
-
-# --- titles --------------------------------------------------------------------------------------------------
-_PLACEHOLDER_TITLE = rx(
-    r"(?:untitled(?:\s+document)?|document|doc|(?:powerpoint\s+)?presentation|microsoft\s+word\s+document|slide"
-    r"|new\s+document|title|no\s+title|none|null|n/?a|unknown|default|book|sheet)\s*\d*",
-    re.I,
-)
-_OFFICE_PREFIX = rx(r"(?:microsoft\s+)?(?:word|powerpoint|excel)\s+-\s", re.I)  # print-driver titles
-_PATH_OR_FILE = rx(r"^(?:[a-z]:[\\/]|[\\/~]|file:)|\.(?:pdf|docx?|pptx?|xlsx?|txt|md|html?|rtf|odt|csv)$")
-_UUID = rx(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
-_HEX_HASH = rx(r"(?:0x)?(?=[a-f]*\d)[0-9a-f]{8,}")
-_TIMESTAMP = rx(r"(?:D:)?[\d\s:/.,+'-]+(?:[TZ][\d\s:/.,+'-]*)*|" + DATE)  # "2018-02-01T10:00:00Z", "May 1, 2018"
-
-
-def meaningful_title(title: str, *, file_name: str = "") -> bool:
-    """Whether a PDF/DOCX title names the document, rather than being empty, an id, a path or a placeholder."""
-    text = " ".join(title.split())
-    stem = re.split(r"[\\/]", file_name)[-1].rsplit(".", 1)[0]
-    if len(text) < 3 or not any(c.isalpha() for c in text):  # accession numbers, pure numbers and dates
-        return False
-    if any(p.fullmatch(text) for p in (_PLACEHOLDER_TITLE, _UUID, _HEX_HASH, _TIMESTAMP)):
-        return False
-    if _OFFICE_PREFIX.match(text) or _PATH_OR_FILE.search(text) or text.lower() == file_name.lower():
-        return False
-    if " " not in text and ("_" in text or sum(c.isdigit() for c in text) >= sum(c.isalpha() for c in text)):
-        return False  # one token like "report_final_v2" or "amzn-20171231x10k"
-    return not (" " not in text and text.lower() == stem.lower())
 
 
 def extract_filing_facts(text: str, *, title: str = "", file_name: str = "", body: str = "") -> FilingFacts:

@@ -1,11 +1,12 @@
 """Fiscal periods a question names, in the form the context headers of chunks carry them.
 
-A chunk of a filing is indexed with its document's facts in its context header
-(`ragrpc.context_header`): a fiscal year as "FY2017", a quarter as "2018-Q2" (the forms
-`ingest_service.filing_facts` gives). Questions name periods in many other ways ("FY17", "fiscal
+A chunk of a filing is indexed with its document's facts in its context header (the header terms
+of `ragrpc.enrich.filings`): a fiscal year as "FY2017", a quarter as "2018-Q2" (the forms
+`ragrpc.enrich.filings.facts` gives). Questions name periods in many other ways ("FY17", "fiscal
 2017", "Q2 of FY23", "2Q18", "the second quarter of fiscal 2018"), whose tokens do not match the
-header's: `period_terms` returns the header forms of the periods a question names, which the BM25
-query adds to the question's own words (the dense query stays the question as asked).
+header's: `period_terms` returns the header forms of the periods a question names, which the filings
+enricher's query analysis gives the BM25 query to add to the question's own words (the dense query
+stays the question as asked).
 
 Pure and deterministic. Two-digit years are 20yy (filings of the 1900s do not write FY99 in questions
 asked of this service often enough to be worth the ambiguity: "FY99" gives "FY1999" only for 70-99).
@@ -70,9 +71,3 @@ def period_terms(question: str) -> list[str]:
         if term not in terms and not said:
             terms.append(term)
     return terms
-
-
-def sparse_query(question: str) -> str:
-    """The text the BM25 search analyses: the question, then the header forms of the periods it names."""
-    terms = period_terms(question)
-    return f"{question} {' '.join(terms)}" if terms else question

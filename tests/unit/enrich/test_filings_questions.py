@@ -1,10 +1,12 @@
-"""The header forms of the fiscal periods a question names (query_service.query_periods)."""
+"""The header forms of the fiscal periods a question names (ragrpc.enrich.filings.questions), and the
+filings enricher's query analysis that gives them to the BM25 query."""
 
 from __future__ import annotations
 
 import pytest
 
-from query_service.query_periods import period_terms, sparse_query
+from ragrpc.enrich.filings import FilingsEnricher
+from ragrpc.enrich.filings.questions import period_terms
 
 
 @pytest.mark.parametrize(
@@ -39,6 +41,7 @@ def test_each_period_once_in_order_of_appearance() -> None:
     assert period_terms("fiscal 2017, then Q2 of FY16, then FY17") == ["FY2017", "2016-Q2"]
 
 
-def test_sparse_query_adds_the_terms_after_the_question() -> None:
-    assert sparse_query("3M FY18 capex") == "3M FY18 capex FY2018"
-    assert sparse_query("no period here") == "no period here"
+def test_the_enrichers_analysis_gives_the_terms_and_implies_no_filter() -> None:
+    analysis = FilingsEnricher().analyse("3M FY18 capex vs Q2 of FY23")
+    assert analysis.sparse_terms == ("FY2018", "2023-Q2") and not analysis.filters
+    assert FilingsEnricher().analyse("no period here").sparse_terms == ()
