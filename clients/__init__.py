@@ -51,6 +51,7 @@ from clients.events import (
     Source,
     Token,
 )
+from clients.session import ReadYourWrites
 from clients.sync_client import (
     AskStream,
     IngestClient,
@@ -61,6 +62,7 @@ from clients.sync_client import (
 )
 
 __all__ = [
+    "ReadYourWrites",
     "AlreadyExists",
     "AskEvent",
     "AskStream",

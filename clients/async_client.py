@@ -25,6 +25,7 @@ from clients.events import (
     RetrievalSummary,
     RetrieveResults,
 )
+from clients.session import ReadYourWrites
 from clients.sync_client import DEFAULT_CHUNK_BYTES, UploadSource
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2_grpc
 
@@ -99,8 +100,8 @@ class AsyncAskStream(AskResults, AsyncStream[AskEvent]):
 class AsyncIngestStream(IngestResults, AsyncStream[IngestEvent]):
     """Yields Progress events, then one BatchSummary."""
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall) -> None:
-        IngestResults.__init__(self)
+    def __init__(self, call: grpc.aio.UnaryStreamCall, on_token: Callable[[str], None] | None = None) -> None:
+        IngestResults.__init__(self, on_token)
         AsyncStream.__init__(self, call, convert.ingest_event)
 
 
@@ -117,7 +118,9 @@ class _AsyncClient:
         secure: bool = False,
         root_certificates: bytes | None = None,
         max_message_bytes: int = 16 * 1024 * 1024,
+        session: ReadYourWrites | None = None,
     ) -> None:
+        self.session = session  # read your writes (clients.session): writes recorded, reads pass it on
         self.settings = ChannelSettings(
             target=target,
             api_key=api_key,
@@ -148,6 +151,18 @@ class _AsyncClient:
             return await method(request, **self._call_args(timeout, request_id, stream=stream))
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
+
+    def _record(self, response: Any) -> Any:
+        """Hands a write's consistency token to the session (when there is one); returns the response."""
+        if self.session is not None:
+            self.session.record(response.consistency_token)
+        return response
+
+    def _with_session(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Read options with the session's token, unless the caller passed one."""
+        if self.session is not None and not options.get("consistency_token"):
+            options["consistency_token"] = self.session.token
+        return options
 
     async def health(self, service: str | None = None, *, timeout: float | None = None) -> str:
         """The health status name of this client's service (or `service`; "" for the server)."""
@@ -209,7 +224,7 @@ class AsyncIngestClient(_AsyncClient):
         with convert.open_upload_source(source) as reader:
             requests = convert.upload_requests(spec, reader, chunk_bytes, on_progress)
             response = await self._unary(self._stub.UploadDocument, requests, timeout, request_id, stream=True)
-        return response.document  # type: ignore[no-any-return]
+        return self._record(response).document  # type: ignore[no-any-return]
 
     def ingest(
         self,
@@ -221,12 +236,13 @@ class AsyncIngestClient(_AsyncClient):
         """Ingests inline documents; yields progress events, then the batch summary."""
         request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
         return AsyncIngestStream(
-            self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True))
+            self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True)),
+            self.session.record if self.session is not None else None,
         )
 
     async def get_document(self, document_id: str, *, timeout: float | None = None) -> ingest_pb2.Document:
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
-        return (await self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
+        return self._record(await self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     async def list_documents_page(
         self,
@@ -279,11 +295,11 @@ class AsyncIngestClient(_AsyncClient):
         timeout: float | None = None,
     ) -> ingest_pb2.Document:
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
-        return (await self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
+        return self._record(await self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     async def delete_document(self, document_id: str, *, timeout: float | None = None) -> int:
         request = ingest_pb2.DeleteDocumentRequest(document_id=document_id)
-        response = await self._unary(self._stub.DeleteDocument, request, timeout)
+        response = self._record(await self._unary(self._stub.DeleteDocument, request, timeout))
         return response.chunks_deleted  # type: ignore[no-any-return]
 
     async def get_job(self, job_id: str, *, timeout: float | None = None) -> ingest_pb2.IngestJob:
@@ -303,8 +319,8 @@ class AsyncRetrieveClient(_AsyncClient):
     def retrieve(
         self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
     ) -> AsyncRetrieveStream:
-        """Ranked hits, best first; `.summary` once exhausted."""
-        request = convert.retrieve_request(query, **options)
+        """Ranked hits, best first; `.summary` once exhausted. Options as RetrieveClient.retrieve."""
+        request = convert.retrieve_request(query, **self._with_session(options))
         call = self._stub.Retrieve(request, **self._call_args(timeout, request_id, stream=True))
         return AsyncRetrieveStream(call)
 
@@ -317,7 +333,7 @@ class AsyncRetrieveClient(_AsyncClient):
         self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
     ) -> AsyncAskStream:
         """The answer stream (async iterator of Ask events)."""
-        request = convert.ask_request(query, **options)
+        request = convert.ask_request(query, **self._with_session(options))
         return AsyncAskStream(self._stub.Ask(request, **self._call_args(timeout, request_id, stream=True)))
 
 

@@ -3,13 +3,19 @@
     ragrpc [--ingest ADDR] [--query ADDR] [--target ADDR] [--api-key KEY] [--timeout S] [--json] COMMAND ...
 
 Exit codes: 0 ok, 1 server or other error (and `ingest` when any document failed, `health`
-when not SERVING), 2 usage error, 3 not found, 4 invalid argument, 5 unavailable.
+when not SERVING), 2 usage error, 3 not found, 4 invalid argument, 5 unavailable, 130 interrupted.
+
+Output cut short (`ragrpc --json search ... | head -1`) ends the command quietly, as Unix tools
+end on SIGPIPE: no traceback, no error message, exit code 141 (128 + SIGPIPE, what a shell shows for
+`yes | head -1`). Python ignores SIGPIPE in every program, so a closed pipe arrives as
+BrokenPipeError, which `main` turns into that exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -20,6 +26,8 @@ from ragrpc.v1 import ingest_pb2
 EXIT_NOT_FOUND = 3
 EXIT_INVALID_ARGUMENT = 4
 EXIT_UNAVAILABLE = 5
+EXIT_INTERRUPTED = 130
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE  # 141, as for a tool that SIGPIPE ended
 Handler = Callable[[argparse.Namespace, commands.Output], int]
 
 
@@ -63,6 +71,14 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
         help="deadline of each call (default 30 s for unary calls, 300 s for streams)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output: one JSON object per line")
+    parser.add_argument(
+        "--read-your-writes",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="search and ask see what this user's earlier ingest and delete commands wrote, waiting for the "
+        "query service to reflect them (the token is kept in RAGRPC_CLI_STATE_DIR or ~/.local/state/ragrpc; "
+        "default on)",
+    )
 
 
 def _add_retrieval_options(parser: argparse.ArgumentParser, default_top_k: int) -> None:
@@ -75,14 +91,26 @@ def _add_retrieval_options(parser: argparse.ArgumentParser, default_top_k: int) 
     parser.add_argument("--source", action="append", default=[], help="only this source (repeatable)")
     parser.add_argument("--tag", action="append", default=[], help="only documents with this tag (repeatable)")
     parser.add_argument("--document", action="append", default=[], metavar="ID", help="only this document (repeatable)")
-    facts = (  # the facts the ingest service finds in filings and reports (Document.metadata)
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only chunks whose metadata KEY is VALUE, exactly; KEY must be one the collection declares "
+        "(RAGRPC_METADATA_FILTER_KEYS). Repeatable: different keys must all match, a key given twice matches "
+        "either value (--where language=de --where language=fr)",
+    )
+    facts = (  # the filings enricher's facts (RAGRPC_ENRICHERS=filings): the deprecated MetadataFilter fields
         ("--organization", "NAME", 'only documents of this organisation, as metadata shows it ("Amazon.com, Inc.")'),
         ("--ticker", "SYMBOL", 'only documents of this trading symbol ("AMD")'),
         ("--document-type", "TYPE", 'only documents of this type ("10-K", "10-Q", "earnings release", ...)'),
         ("--fiscal-period", "PERIOD", 'only documents of this fiscal period ("FY2017", "2018-Q2")'),
     )
     for flag, metavar, text in facts:
-        parser.add_argument(flag, action="append", default=[], metavar=metavar, help=f"{text} (repeatable)")
+        key = flag.removeprefix("--").replace("-", "_")
+        parser.add_argument(
+            flag, action="append", default=[], metavar=metavar, help=f"{text}; like --where {key}=... (repeatable)"
+        )
     parser.add_argument("--after", metavar="ISO_DATE", help="only documents dated at or after this")
     parser.add_argument("--before", metavar="ISO_DATE", help="only documents dated before this")
 
@@ -171,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragrpc",
         description="Client of the ragrpc ingest and query services.",
-        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 unavailable",
+        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 unavailable, "
+        "130 interrupted, 141 output closed early",
     )
     _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -207,23 +236,48 @@ def _run(handler: Handler, args: argparse.Namespace, out: commands.Output) -> in
     except (commands.UsageError, ValueError) as err:
         _report(out, str(err), {"code": "USAGE", "message": str(err)})
         return commands.EXIT_USAGE
+    except BrokenPipeError:
+        raise  # the reader of our output left: not an error to report (main ends quietly)
     except OSError as err:
         _report(out, str(err), {"code": "OS_ERROR", "message": str(err)})
         return commands.EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs one command; returns the exit code (also for usage errors and --help)."""
+    """Runs one command; returns the exit code (also for usage errors, --help and output cut short)."""
+    try:
+        code = _parse_and_run(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen while it can be handled
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_OUTPUT_CLOSED
+    except KeyboardInterrupt:
+        print("ragrpc: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _parse_and_run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else commands.EXIT_USAGE
+    return _run(args.handler, args, commands.Output(args.json))
+
+
+def _discard_stdout() -> None:
+    """Points stdout's descriptor at /dev/null, so that the interpreter's flush of what is still
+    buffered at exit cannot fail a second time (and print "Exception ignored ... BrokenPipeError")."""
     try:
-        return _run(args.handler, args, commands.Output(args.json))
-    except KeyboardInterrupt:
-        print("ragrpc: interrupted", file=sys.stderr)
-        return 130
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a non-file stream (tests capture it)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

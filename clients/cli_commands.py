@@ -21,6 +21,7 @@ from clients import convert
 from clients.channel import ChannelSettings
 from clients.errors import RagrpcClientError, Unauthenticated, Unavailable
 from clients.events import Citation, Final, Hit, Retraction, Source, Token
+from clients.session import ReadYourWrites
 from clients.sync_client import IngestClient, RetrieveClient, wait_until_serving
 from ragrpc.v1 import ingest_pb2
 
@@ -69,12 +70,27 @@ def _settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
+def session_file() -> Path:
+    """Where the CLI keeps the consistency token of its last writes (RAGRPC_CLI_STATE_DIR, else
+    $XDG_STATE_HOME/ragrpc, else ~/.local/state/ragrpc)."""
+    base = os.environ.get("RAGRPC_CLI_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"), "ragrpc"
+    )
+    return Path(base) / "last-write-token"
+
+
+def _session(args: argparse.Namespace) -> ReadYourWrites | None:
+    """Read your writes across CLI runs: `ingest`, `docs delete` record their writes, `search` and `ask`
+    are answered once the query service reflects them (--no-read-your-writes: answer at once)."""
+    return ReadYourWrites(path=session_file()) if getattr(args, "read_your_writes", True) else None
+
+
 def ingest_client(args: argparse.Namespace) -> IngestClient:
-    return IngestClient(args.ingest_target, **_settings_kwargs(args))
+    return IngestClient(args.ingest_target, session=_session(args), **_settings_kwargs(args))
 
 
 def retrieve_client(args: argparse.Namespace) -> RetrieveClient:
-    return RetrieveClient(args.query_target, **_settings_kwargs(args))
+    return RetrieveClient(args.query_target, session=_session(args), **_settings_kwargs(args))
 
 
 # ---- ingest -------------------------------------------------------------------------------
@@ -190,6 +206,7 @@ def retrieval_options(args: argparse.Namespace) -> dict[str, Any]:
         "sources": args.source,
         "tags": args.tag,
         "document_ids": args.document,
+        "metadata": convert.parse_where(args.where),
         "organizations": args.organization,
         "tickers": [symbol.upper() for symbol in args.ticker],
         "document_types": args.document_type,

@@ -34,10 +34,11 @@ RETRIEVAL_OPTION_NAMES = frozenset(
         "sources",
         "media_types",
         "tags",
-        "organizations",
-        "tickers",
-        "document_types",
-        "fiscal_periods",
+        "metadata",
+        "organizations",  # deprecated: metadata={"organization": ...}
+        "tickers",  # deprecated: metadata={"ticker": ...}
+        "document_types",  # deprecated: metadata={"document_type": ...}
+        "fiscal_periods",  # deprecated: metadata={"fiscal_period": ...}
         "after",
         "before",
     }
@@ -49,7 +50,8 @@ _FILTER_LISTS = (
     "sources",
     "media_types",
     "tags",
-    "organizations",  # the facts of filings and reports (Document.metadata), exact values
+    # deprecated MetadataFilter fields, aliases of metadata keys (organization, ticker, document_type, fiscal_period)
+    "organizations",
     "tickers",
     "document_types",
     "fiscal_periods",
@@ -83,11 +85,40 @@ def timestamp(value: dt.datetime) -> timestamp_pb2.Timestamp:
     return stamp
 
 
+def metadata_values(metadata: Mapping[str, str | Iterable[str]] | None) -> dict[str, retrieve_pb2.MetadataValues]:
+    """MetadataFilter.metadata from {key: value or values}: {"department": ["sales", "legal"], "language": "de"}
+    (a chunk matches when its value of every key given is one of that key's values)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError("metadata must map each key to a value or a list of values")
+    return {
+        str(key): retrieve_pb2.MetadataValues(values=[values] if isinstance(values, str) else list(values))
+        for key, values in metadata.items()
+    }
+
+
+def parse_where(conditions: Iterable[str]) -> dict[str, list[str]]:
+    """{key: values} from "key=value" conditions (the CLI's --where); a key given twice takes either value
+    (its values are OR'ed, as the keys are AND'ed). ValueError for a condition without "=" or a key."""
+    found: dict[str, list[str]] = {}
+    for condition in conditions:
+        key, sep, value = condition.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--where needs KEY=VALUE, got {condition!r}")
+        values = found.setdefault(key.strip(), [])
+        if value not in values:
+            values.append(value)
+    return found
+
+
 def _metadata_filter(options: Mapping[str, Any]) -> retrieve_pb2.MetadataFilter:
     flt = retrieve_pb2.MetadataFilter()
     for name in _FILTER_LISTS:
         values = options.get(name) or ()
         getattr(flt, name).extend([values] if isinstance(values, str) else values)
+    for key, entry in metadata_values(options.get("metadata")).items():
+        flt.metadata[key].CopyFrom(entry)
     if options.get("after") is not None:
         flt.document_time_after.CopyFrom(timestamp(options["after"]))
     if options.get("before") is not None:
@@ -120,8 +151,10 @@ def retrieval_options(**options: Any) -> retrieve_pb2.RetrievalOptions:
     return pb
 
 
-def retrieve_request(query: str, **options: Any) -> retrieve_pb2.RetrieveRequest:
-    return retrieve_pb2.RetrieveRequest(query=query, options=retrieval_options(**options))
+def retrieve_request(query: str, *, consistency_token: str = "", **options: Any) -> retrieve_pb2.RetrieveRequest:
+    return retrieve_pb2.RetrieveRequest(
+        query=query, options=retrieval_options(**options), consistency_token=consistency_token
+    )
 
 
 def _history_turn(turn: Any) -> retrieve_pb2.ConversationTurn:
@@ -132,12 +165,13 @@ def _history_turn(turn: Any) -> retrieve_pb2.ConversationTurn:
     return retrieve_pb2.ConversationTurn(role=role_value, content=content)  # type: ignore[arg-type]
 
 
-def ask_request(query: str, **options: Any) -> retrieve_pb2.AskRequest:
+def ask_request(query: str, *, consistency_token: str = "", **options: Any) -> retrieve_pb2.AskRequest:
     """AskRequest from retrieval options plus template, history ((role, content) pairs or
     {"role", "content"} dicts), max_answer_tokens, token_budget and temperature."""
     ask = {k: options.pop(k) for k in list(options) if k in ASK_OPTION_NAMES}
     request = retrieve_pb2.AskRequest(
         query=query,
+        consistency_token=consistency_token,
         options=retrieval_options(**options),
         template=ask.get("template") or "",
         history=[_history_turn(t) for t in ask.get("history") or ()],
@@ -351,6 +385,7 @@ def ingest_event(message: ingest_pb2.IngestDocumentsResponse) -> events.IngestEv
             unchanged=s.unchanged,
             chunks_written=s.chunks_written,
             elapsed_seconds=s.elapsed_seconds,
+            consistency_token=s.consistency_token,
         )
     return progress_from_pb(message.job_id, message.progress)
 

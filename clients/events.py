@@ -7,7 +7,7 @@ a stream has delivered so far; the sync and async stream wrappers share them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -183,6 +183,7 @@ class BatchSummary:
     unchanged: int
     chunks_written: int
     elapsed_seconds: float
+    consistency_token: str = ""  # read your writes: pass as consistency_token (or use a ReadYourWrites session)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -243,10 +244,11 @@ class IngestResults:
     """What an IngestDocuments stream delivered: the job id, the last progress of every
     document (by batch index) and, once exhausted, the summary."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_token: Callable[[str], None] | None = None) -> None:
         self.job_id = ""
         self.documents: dict[int, Progress] = {}
         self.summary: BatchSummary | None = None
+        self._on_token = on_token  # a ReadYourWrites session's record
 
     def accept(self, event: IngestEvent) -> IngestEvent:
         self.job_id = event.job_id or self.job_id
@@ -254,4 +256,6 @@ class IngestResults:
             self.documents[event.index] = event
         else:
             self.summary = event
+            if self._on_token is not None:
+                self._on_token(event.consistency_token)
         return event

@@ -26,6 +26,7 @@ from clients.events import (
     RetrievalSummary,
     RetrieveResults,
 )
+from clients.session import ReadYourWrites
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2_grpc
 
 T = TypeVar("T")
@@ -100,8 +101,8 @@ class AskStream(AskResults, SyncStream[AskEvent]):
 class IngestStream(IngestResults, SyncStream[IngestEvent]):
     """Yields Progress events, then one BatchSummary; `.job_id`, `.documents`, `.summary`."""
 
-    def __init__(self, call: Any) -> None:
-        IngestResults.__init__(self)
+    def __init__(self, call: Any, on_token: Callable[[str], None] | None = None) -> None:
+        IngestResults.__init__(self, on_token)
         SyncStream.__init__(self, call, convert.ingest_event)
 
 
@@ -151,7 +152,9 @@ class _SyncClient:
         secure: bool = False,
         root_certificates: bytes | None = None,
         max_message_bytes: int = 16 * 1024 * 1024,
+        session: ReadYourWrites | None = None,
     ) -> None:
+        self.session = session  # read your writes (clients.session): writes recorded, reads pass it on
         self.settings = ChannelSettings(
             target=target,
             api_key=api_key,
@@ -182,6 +185,18 @@ class _SyncClient:
             return method(request, **self._call_args(timeout, request_id, stream=stream))
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
+
+    def _record(self, response: Any) -> Any:
+        """Hands a write's consistency token to the session (when there is one); returns the response."""
+        if self.session is not None:
+            self.session.record(response.consistency_token)
+        return response
+
+    def _with_session(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Read options with the session's token, unless the caller passed one."""
+        if self.session is not None and not options.get("consistency_token"):
+            options["consistency_token"] = self.session.token
+        return options
 
     def health(self, service: str | None = None, *, timeout: float | None = None) -> str:
         """The health status name of this client's service (or `service`; "" for the server)."""
@@ -245,6 +260,7 @@ class IngestClient(_SyncClient):
         with convert.open_upload_source(source) as reader:
             requests = convert.upload_requests(spec, reader, chunk_bytes, on_progress)
             response = self._unary(self._stub.UploadDocument, requests, timeout, request_id, stream=True)
+        self._record(response)
         return response.document  # type: ignore[no-any-return]
 
     def ingest(
@@ -257,11 +273,11 @@ class IngestClient(_SyncClient):
         """Ingests inline documents; yields progress events, then the batch summary."""
         request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
         call = self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True))
-        return IngestStream(call)
+        return IngestStream(call, self.session.record if self.session is not None else None)
 
     def get_document(self, document_id: str, *, timeout: float | None = None) -> ingest_pb2.Document:
         request = ingest_pb2.GetDocumentRequest(document_id=document_id)
-        return (self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
+        return self._record(self._unary(self._stub.GetDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     def list_documents_page(
         self,
@@ -315,12 +331,12 @@ class IngestClient(_SyncClient):
     ) -> ingest_pb2.Document:
         """Changes the given (not None) fields only."""
         request = convert.update_request(document_id, title=title, tags=tags, metadata=metadata)
-        return (self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
+        return self._record(self._unary(self._stub.UpdateDocument, request, timeout)).document  # type: ignore[no-any-return]
 
     def delete_document(self, document_id: str, *, timeout: float | None = None) -> int:
         """Deletes a document; returns the number of chunks removed."""
         request = ingest_pb2.DeleteDocumentRequest(document_id=document_id)
-        return self._unary(self._stub.DeleteDocument, request, timeout).chunks_deleted  # type: ignore[no-any-return]
+        return self._record(self._unary(self._stub.DeleteDocument, request, timeout)).chunks_deleted  # type: ignore[no-any-return]
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> ingest_pb2.IngestJob:
         request = ingest_pb2.GetIngestJobRequest(job_id=job_id)
@@ -339,8 +355,9 @@ class RetrieveClient(_SyncClient):
     def retrieve(
         self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
     ) -> RetrieveStream:
-        """Ranked hits, best first. Options: see clients.convert.RETRIEVAL_OPTION_NAMES."""
-        request = convert.retrieve_request(query, **options)
+        """Ranked hits, best first. Options: see clients.convert.RETRIEVAL_OPTION_NAMES, and
+        consistency_token (read your writes; a session's token by default)."""
+        request = convert.retrieve_request(query, **self._with_session(options))
         call = self._stub.Retrieve(request, **self._call_args(timeout, request_id, stream=True))
         return RetrieveStream(call)
 
@@ -353,6 +370,6 @@ class RetrieveClient(_SyncClient):
         self, query: str, *, timeout: float | None = None, request_id: str | None = None, **options: Any
     ) -> AskStream:
         """The answer stream. Options: retrieval options plus template, history,
-        max_answer_tokens, token_budget, temperature."""
-        request = convert.ask_request(query, **options)
+        max_answer_tokens, token_budget, temperature, consistency_token."""
+        request = convert.ask_request(query, **self._with_session(options))
         return AskStream(self._stub.Ask(request, **self._call_args(timeout, request_id, stream=True)))

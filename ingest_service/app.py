@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -22,12 +23,12 @@ from ingest_service.jobs import IngestJobRunner
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.pipeline import IngestPipeline
 from ingest_service.servicer import IngestServicer
-from ingest_service.writer_lease import WriterLease
+from ingest_service.writer_lease import FencedChunkStore, FencedRegistry, WriterLease
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
-from ragrpc.metrics import Metrics, MetricsInterceptor
+from ragrpc.enrich import build_enrichers
+from ragrpc.metrics import IngestMetricsObserver, Metrics, MetricsInterceptor
 from ragrpc.models import ExtractedDocument
-from ragrpc.observers import IngestMetricsObserver
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.tracing import NoopTracer, Tracer, tracer_from_setting
@@ -54,6 +55,10 @@ class IngestComponents:
     gate: AdmissionGate
     store_executor: ThreadPoolExecutor
     tracer: Tracer = field(default_factory=NoopTracer)  # stage spans, and the RPC spans of the server
+    # spooled uploads' disk writes and hashing, off the event loop and apart from extraction
+    spool_executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="upload-spool")
+    )
 
     async def stop(self, grace_s: float) -> None:
         """At shutdown: running jobs and ingestions get `grace_s` to finish, the rest is rolled back."""
@@ -65,6 +70,7 @@ class IngestComponents:
         """Stops both executors without waiting for queued work (recovery finishes it at start)."""
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.store_executor.shutdown(wait=False, cancel_futures=True)
+        self.spool_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def build_components(
@@ -75,9 +81,13 @@ def build_components(
     metrics: Metrics | None = None,
     lease: WriterLease | None = None,
     tracer: Tracer | None = None,
+    settle_delays_s: Sequence[float] | None = None,
 ) -> IngestComponents:
-    """The components; with `lease`, every transition first checks that this process still holds
-    the writer lease (the service's main takes it before recovery)."""
+    """The components; with `lease`, every write to the store first checks that this process still
+    holds the writer lease, unexpired (the service's main takes it before recovery)."""
+    if lease is not None:
+        chunks = FencedChunkStore(chunks, lease)
+        registry = FencedRegistry(registry, lease)
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
     # Store calls mostly wait (on the store, on the one writer); enough threads that the writes of
     # many documents queue at once and leave in one group-committed call, and that a slow store
@@ -100,7 +110,12 @@ def build_components(
     )
     tracer = tracer if tracer is not None else tracer_from_setting(settings.tracing)
     lifecycle = DocumentLifecycle(
-        registry, chunks, store_executor, may_write=lease.check if lease is not None else lambda: None
+        registry,
+        chunks,
+        store_executor,
+        may_write=lease.check if lease is not None else lambda: None,
+        replaced_grace_s=settings.replaced_version_grace_s,
+        **({"settle_delays_s": settle_delays_s} if settle_delays_s is not None else {}),
     )
     pipeline = IngestPipeline(
         extractor=build_default_registry(ExtractionLimits()),
@@ -118,6 +133,10 @@ def build_components(
         tracer=tracer,
         context_headers=settings.context_headers,
         header_counter=counter,
+        enrichers=build_enrichers(
+            settings.enrichers,
+            on_failure=(lambda name: metrics.enricher_failures.labels(name).inc()) if metrics else None,
+        ),
     )
     ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
     documents = DocumentService(registry, lifecycle)
@@ -143,6 +162,7 @@ async def start_ingest_server(
         max_batch_documents=settings.max_batch_documents,
         upload_memory_bytes=settings.upload_memory_bytes,
         spool_directory=settings.upload_spool_dir or None,
+        spool_executor=components.spool_executor,
     )
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: ingest_pb2_grpc.add_IngestServiceServicer_to_server(servicer, server)

@@ -42,7 +42,8 @@ def state_from_pb(value: int, field: str = "state") -> DocumentState | None:
     return DocumentState(value)
 
 
-def spec_from_pb(spec: ingest_pb2.DocumentSpec) -> DocumentSpecInput:
+def spec_from_pb(spec: ingest_pb2.DocumentSpec, *, field_prefix: str = "spec") -> DocumentSpecInput:
+    """The domain spec; an unknown chunking strategy is an InvalidInputError naming the field."""
     return DocumentSpecInput(
         document_id=spec.document_id,
         file_name=spec.file_name,
@@ -53,7 +54,7 @@ def spec_from_pb(spec: ingest_pb2.DocumentSpec) -> DocumentSpecInput:
         tags=list(spec.tags),
         metadata=dict(spec.metadata),
         password=spec.password,
-        chunking_strategy=strategy_name(spec.chunking.strategy),
+        chunking_strategy=strategy_name(spec.chunking.strategy, field=f"{field_prefix}.chunking.strategy"),
         chunk_size_tokens=spec.chunking.chunk_size_tokens,
         chunk_overlap_tokens=spec.chunking.chunk_overlap_tokens,
     )

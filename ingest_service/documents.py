@@ -115,7 +115,12 @@ class DocumentService:
                 field="update_mask",
             )
         _check_id(document_id)
-        validate_spec(DocumentSpecInput(tags=list(tags or []), metadata=dict(metadata or {})), field_prefix="document")
+        validate_spec(
+            DocumentSpecInput(
+                title=title if "title" in fields else "", tags=list(tags or []), metadata=dict(metadata or {})
+            ),
+            field_prefix="document",
+        )
         return await self._lifecycle.update(
             tenant, document_id, fields=fields, etag=etag, title=title, tags=tags, metadata=metadata
         )

@@ -7,6 +7,11 @@ ingestion submits its texts here; a worker embeds them in batches of up to
 chunking and writing of other documents overlap with embedding. With `concurrency` > 1 that
 many calls are in flight at once (for an embedder that runs several model streams, so they
 never wait for the next call to be gathered and handed over).
+
+A model call shared by several documents that the model refuses (an embeddings endpoint that
+answers HTTP 400 for one text: too long, unsafe, malformed) does not fail every document in it:
+each text is then embedded alone, and only the documents with a refused text fail, with that
+text's error. An outage (UnavailableError) fails the whole call, as retrying alone cannot help.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragrpc import errors
+
 logger = logging.getLogger(__name__)
 
 EmbedFunction = Callable[[list[str]], np.ndarray]
@@ -28,6 +35,23 @@ EmbedFunction = Callable[[list[str]], np.ndarray]
 class _Request:
     texts: list[str]
     future: asyncio.Future[np.ndarray]
+
+
+def _fail_all(requests: list[_Request], exc: BaseException) -> None:
+    for request in requests:
+        if not request.future.done():
+            request.future.set_exception(exc)
+
+
+def _refused_text(exc: BaseException, position: int) -> BaseException:
+    """The error of a refused text, saying which chunk of the document it was."""
+    if isinstance(exc, errors.RagrpcError):
+        return type(exc)(
+            f"chunk {position} of the document was refused by the embedding model: {exc.message}",
+            reason=exc.reason,
+            metadata={**exc.metadata, "chunk_index": str(position)},
+        )
+    return exc
 
 
 class EmbeddingBatcher:
@@ -100,12 +124,18 @@ class EmbeddingBatcher:
         texts = [t for r in live for t in r.texts]
         if not texts:
             return
+        loop = asyncio.get_running_loop()
         try:
-            vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self._embed, texts)
-        except Exception as exc:  # noqa: BLE001 - delivered to every waiting caller
-            for request in live:
-                if not request.future.done():
-                    request.future.set_exception(exc)
+            vectors = await loop.run_in_executor(self._executor, self._embed, texts)
+        except errors.UnavailableError as exc:  # the model or endpoint is down: every caller fails alike
+            _fail_all(live, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a refusal: find the texts refused
+            if len(texts) == 1:
+                _fail_all(live, exc)
+                return
+            logger.warning("a model call of %d texts was refused (%s); embedding them one by one", len(texts), exc)
+            await self._one_by_one(live)
             return
         self.batches += 1
         offset = 0
@@ -114,6 +144,24 @@ class EmbeddingBatcher:
             offset += len(request.texts)
             if not request.future.done():
                 request.future.set_result(part)
+
+    async def _one_by_one(self, requests: list[_Request]) -> None:
+        """Each text of a refused call alone: a request gets its vectors, or the error of its first
+        refused text (naming its position), so only the documents holding a refused text fail."""
+        loop = asyncio.get_running_loop()
+        for request in requests:
+            vectors: list[np.ndarray] = []
+            for position, text in enumerate(request.texts):
+                if request.future.done():
+                    break
+                try:
+                    vectors.append((await loop.run_in_executor(self._executor, self._embed, [text]))[0])
+                except Exception as exc:  # noqa: BLE001 - delivered to the request that holds the text
+                    request.future.set_exception(_refused_text(exc, position))
+                    break
+                self.batches += 1
+            if not request.future.done():
+                request.future.set_result(np.stack(vectors))
 
     async def close(self) -> None:
         if self._worker is not None:

@@ -21,7 +21,8 @@ from ingest_service.ingestions import Ingestions
 from ingest_service.pipeline import ProgressEvent
 from ingest_service.requests import IngestItem
 from ragrpc import errors
-from ragrpc.models import DocumentState, IngestJobRecord
+from ragrpc.consistency import ConsistencyToken
+from ragrpc.models import DocumentRecord, DocumentState, IngestJobRecord
 from ragrpc.store.base import DocumentRegistry
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class JobSummary:
     unchanged: int = 0
     chunks_written: int = 0
     elapsed_seconds: float = 0.0
+    consistency_token: str = ""  # read your writes: the documents the batch stored (ragrpc.consistency)
 
 
 @dataclass
@@ -116,13 +118,15 @@ class IngestJobRunner:
     ) -> None:
         started = time.monotonic()
         summary = JobSummary()
+        stored: list[tuple[str, DocumentRecord | None]] = []
         try:
             await asyncio.gather(
-                *(self._ingest_one(job, i, it, reservation, summary, queue) for i, it in enumerate(items))
+                *(self._ingest_one(job, i, it, reservation, summary, queue, stored) for i, it in enumerate(items))
             )
         finally:
             reservation.release_all()  # documents never submitted (the job was cancelled at shutdown)
             summary.elapsed_seconds = time.monotonic() - started
+            summary.consistency_token = ConsistencyToken.of_write(time.time(), stored).encode()
             job.done = True
             job.summary = asdict(summary)
             self._persisted_at.pop(job.job_id, None)
@@ -138,6 +142,7 @@ class IngestJobRunner:
         reservation: Reservation,
         summary: JobSummary,
         queue: asyncio.Queue[object],
+        stored: list[tuple[str, DocumentRecord | None]],
     ) -> None:
         def report(event: ProgressEvent) -> None:
             job.documents[index] = progress_row(index, event)
@@ -150,6 +155,7 @@ class IngestJobRunner:
             if job.documents[index].get("stage") != "done":  # failed before the pipeline reported it
                 report(ProgressEvent.failed(item.spec.document_id, exc))
         else:
+            stored.append((outcome.record.key, outcome.record))
             summary.succeeded += 1
             summary.unchanged += int(outcome.unchanged)
             summary.chunks_written += outcome.chunks_written

@@ -9,7 +9,9 @@ States and transitions (A, G: generations; the chunks queries show are those of 
     (none)               --begin-->   PROCESSING, pending=G              first ingestion
     FAILED               --begin-->   PROCESSING, pending=G              ingested again
     ACTIVE gen=A         --begin-->   ACTIVE gen=A, pending=G            replacement: A stays visible
-    ... pending=G        --commit-->  ACTIVE gen=G, stale=A  -->  ACTIVE gen=G   (switch, then A's chunks go)
+    ... pending=G        --commit-->  ACTIVE gen=G, stale=A  -->  ACTIVE gen=G   (switch, then A's chunks go
+                                      after the grace period, RAGRPC_REPLACED_VERSION_GRACE_S: query
+                                      services that have not applied the switch yet still read them)
     PROCESSING pending=G --fail-->    FAILED (G's chunks go)
     ACTIVE pending=G     --fail-->    ACTIVE gen=A (G's chunks go)
     ACTIVE               --update-->  ACTIVE (chunk fields rewritten in place, or copied to a fresh
@@ -40,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 import weakref
@@ -71,7 +74,11 @@ class DocumentLifecycle:
         *,
         settle_delays_s: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0),
         may_write: Callable[[], None] = lambda: None,
+        replaced_grace_s: float = 0.0,
     ) -> None:
+        if replaced_grace_s < 0:
+            raise ValueError(f"the grace period of replaced chunks must be >= 0 seconds, got {replaced_grace_s}")
+        self._replaced_grace_s = replaced_grace_s
         self._may_write = may_write  # raises when this process may not write (the writer lease was lost)
         self._registry = registry
         self._chunks = chunks
@@ -188,19 +195,28 @@ class DocumentLifecycle:
         record.error = record.error_code = ""
         record.chunk_count = chunk_count
         await attempt.call(self._registry.put, record)
-        if old_generation:
+        if old_generation and self._replaced_grace_s == 0:
             try:
-                await attempt.call(
-                    self._chunks.delete_chunks,
-                    chunks_of_generation(record.tenant, record.document_id, old_generation),
-                )
+                await attempt.call(self._settle, record, "", None)
                 record.stale_generation = ""
-                await attempt.call(self._registry.put, record)
-            except errors.RagrpcError as exc:
-                # The new version is in place; only removing the old chunks (invisible already) waits.
+            except errors.RagrpcError as exc:  # the new version is in place; the old rows go once the store answers
                 logger.warning("could not remove the replaced chunks of %s yet: %s", record.document_id, exc)
-                self._settle_later(record, "", None)
+                self._settle_later(record.tenant, record.document_id, functools.partial(self._settle, record, "", None))
+        elif old_generation:
+            self._remove_replaced_later(record)
         return record
+
+    def _remove_replaced_later(self, record: DocumentRecord) -> None:
+        """The replaced version's chunks go once `replaced_grace_s` has passed: a query service that
+        has not applied the switch yet still reads them (a query finds the old or the new version,
+        never neither). Until then the record names them (`stale_generation`), so recovery removes
+        them if the process stops first."""
+        self._settle_later(
+            record.tenant,
+            record.document_id,
+            functools.partial(self._settle, record, "", None),
+            first_delay_s=self._replaced_grace_s,
+        )
 
     async def fail(self, attempt: Attempt, error: errors.RagrpcError) -> None:
         """Rolls the attempt back (after its running writes have finished): its chunks go, the record
@@ -217,7 +233,11 @@ class DocumentLifecycle:
                     attempt.record.document_id,
                     exc,
                 )
-                self._settle_later(attempt.record, attempt.generation, error)
+                self._settle_later(
+                    attempt.record.tenant,
+                    attempt.record.document_id,
+                    functools.partial(self._settle, attempt.record, attempt.generation, error),
+                )
 
         await finish_despite_cancel(roll_back())
 
@@ -259,40 +279,66 @@ class DocumentLifecycle:
                 raise errors.PreconditionError(
                     f"document {document_id!r} is not ACTIVE (it is being ingested or failed)"
                 )
+            changed = DocumentRecord(**{**record.__dict__})
             if "title" in fields:
-                record.title = title
+                changed.title = title
             if "tags" in fields:
-                record.tags = list(tags or [])
+                changed.tags = list(tags or [])
             if "metadata" in fields:
-                record.metadata = dict(metadata or {})
-            await finish_despite_cancel(self._store(self._rewrite, record))
-            return record
+                changed.metadata = dict(metadata or {})
+                self._chunks.metadata_fields.check_values(changed.metadata)  # declared keys fit their fields
+            return await self._rewrite_or_repair(record, changed)
 
     async def retag_held(self, record: DocumentRecord, tags: list[str]) -> DocumentRecord:
         """Gives an ACTIVE document new tags, in the registry and on its chunks (vectors kept), for an
         ingestion of unchanged content that holds the document's lock (`attempt_lock`)."""
         self._may_write()
-        record.tags = list(tags)
-        await finish_despite_cancel(self._store(self._rewrite, record))
-        return record
+        changed = DocumentRecord(**{**record.__dict__})
+        changed.tags = list(tags)
+        return await self._rewrite_or_repair(record, changed)
 
-    def _rewrite(self, record: DocumentRecord) -> None:
-        expr = chunks_of_generation(record.tenant, record.document_id, record.generation)
+    async def _rewrite_or_repair(self, before: DocumentRecord, after: DocumentRecord) -> DocumentRecord:
+        """Rewrites the document's chunk fields and record as `after`. When a store call fails, the
+        caller gets the error and the document is put right in the background as soon as the store
+        answers: its chunks carry the fields its stored record names again (the old ones, or the new
+        ones where the record's write was applied), and a copy under a fresh generation that did not
+        switch is rolled back. A retry of the update then applies it from a consistent state."""
+        try:
+            await finish_despite_cancel(self._store(self._rewrite, before, after))
+        except errors.RagrpcError as exc:
+            logger.warning("the update of %s failed (%s); repairing it in the background", after.document_id, exc)
+            self._settle_later(after.tenant, after.document_id, lambda: self._repair_fields(after))
+            raise
+        if after.stale_generation and self._replaced_grace_s == 0:
+            await finish_despite_cancel(self._store(self._settle, after, "", None))
+            after.stale_generation = ""
+        elif after.stale_generation:
+            self._remove_replaced_later(after)
+        return after
+
+    def _rewrite(self, before: DocumentRecord, after: DocumentRecord) -> None:
+        expr = chunks_of_generation(before.tenant, before.document_id, before.generation)
         chunks = [chunk for page in self._chunks.scan_chunks(expr, with_vectors=True) for chunk in page]
         for chunk in chunks:
-            chunk.title = record.title
-            chunk.tags = tuple(record.tags)
-            chunk.metadata = dict(record.metadata)
+            chunk.title = after.title
+            chunk.tags = tuple(after.tags)
+            chunk.metadata = dict(after.metadata)
         if chunks and self._chunks.upsert_keeps_partitions:
             self._chunks.upsert_chunks(chunks)
+            self._registry.put(after)
         elif chunks:
-            self._rewrite_as_new_generation(record, chunks)
-        self._registry.put(record)
+            self._rewrite_as_new_generation(before, after, chunks)
+        else:
+            self._registry.put(after)
 
-    def _rewrite_as_new_generation(self, record: DocumentRecord, chunks: list[ChunkRecord]) -> None:
+    def _rewrite_as_new_generation(
+        self, before: DocumentRecord, after: DocumentRecord, chunks: list[ChunkRecord]
+    ) -> None:
         """For servers whose upsert breaks partition-key routing: the same crash-safe steps as a
-        replacement (new rows under a fresh generation, registry switch, old rows dropped; recovery
-        finishes any of them), with the stored vectors, so nothing is embedded again. Chunk ids change."""
+        replacement (the copies under a fresh generation recorded as pending with the document's
+        visible fields unchanged, the copies written, then one registry write switches to them with
+        the new fields, then the old rows go; recovery or the repair finishes any of them), with the
+        stored vectors, so nothing is embedded again. Chunk ids change."""
         generation = new_generation()
         new_ids = {c.chunk_id: copied_chunk_id(c.chunk_id, generation) for c in chunks}
         copies = [
@@ -301,18 +347,34 @@ class DocumentLifecycle:
             )
             for c in chunks
         ]
-        record.pending_generation = generation
-        self._registry.put(record)
+        pending = DocumentRecord(**{**before.__dict__})
+        pending.pending_generation = generation
+        self._registry.put(pending)
         self._chunks.insert_chunks(copies)
-        old_generation = record.generation
-        record.generation, record.pending_generation, record.stale_generation = generation, "", old_generation
-        self._registry.put(record)
-        self._chunks.delete_chunks(chunks_of_generation(record.tenant, record.document_id, old_generation))
-        record.stale_generation = ""
+        after.generation, after.pending_generation, after.stale_generation = generation, "", before.generation
+        self._registry.put(after)  # the old rows go after the grace period (_rewrite_or_repair)
+
+    def _repair_fields(self, attempted: DocumentRecord) -> None:
+        """After a failed update: a copy that did not switch is rolled back, a replaced generation's
+        rows go, and the chunks get the fields of the stored record."""
+        stored = self._registry.get(attempted.tenant, attempted.document_id)
+        if stored is None or stored.deleting or stored.state != DocumentState.ACTIVE:
+            return
+        if stored.pending_generation or stored.stale_generation:
+            settle_failed_attempt(self._registry, self._chunks, stored, stored.pending_generation, None)
+            stored = self._registry.get(attempted.tenant, attempted.document_id)
+            if stored is None or stored.state != DocumentState.ACTIVE:
+                return
+        if stored.generation:
+            repaired = DocumentRecord(**{**stored.__dict__})
+            self._rewrite(stored, repaired)
+            if repaired.stale_generation:  # a copy under a fresh generation (Milvus 2.3): the old rows go now
+                settle_failed_attempt(self._registry, self._chunks, repaired, "", None)
 
     async def delete(self, tenant: str, document_id: str) -> int:
         """Deletes the document: its attempts in flight are cancelled and rolled back first, then the
-        chunks go, then the registry row (a crash in between is finished by recovery). Returns the
+        chunks go, then the registry row (a crash in between is finished by recovery; a failed store
+        call by a retry of the delete, or in the background once the store answers). Returns the
         number of chunks deleted."""
         self._may_write()
         key = document_key(tenant, document_id)
@@ -324,26 +386,39 @@ class DocumentLifecycle:
             logger.info("delete of %s cancels %d ingestion(s) of it", document_id, len(cancelled))
         async with self._lock(key):
             record = await self._store(self._registry.get, tenant, document_id)
-            if record is None or record.deleting:
+            if record is None:
                 if cancelled:
                     return 0
                 raise errors.NotFoundError(
                     f"document {document_id!r} does not exist", metadata={"document_id": document_id}
                 )
-            return await finish_despite_cancel(self._store(self._delete, record))
+            try:
+                return await finish_despite_cancel(self._store(self._delete, record))
+            except errors.RagrpcError as exc:
+                logger.warning("the delete of %s failed (%s); finishing it in the background", document_id, exc)
+                self._settle_later(tenant, document_id, lambda: self._finish_delete(tenant, document_id))
+                raise
 
     def _delete(self, record: DocumentRecord) -> int:
-        record.deleting = True
-        self._registry.put(record)
+        """Marks the record (it disappears from reads), deletes the chunks, then the row. A record
+        already marked (a delete whose store call failed) is finished."""
+        if not record.deleting:
+            record.deleting = True
+            self._registry.put(record)
         deleted = self._chunks.delete_chunks(chunks_of_document(record.tenant, record.document_id))
         self._registry.delete(record.tenant, record.document_id)
         return deleted or record.chunk_count
+
+    def _finish_delete(self, tenant: str, document_id: str) -> None:
+        stored = self._registry.get(tenant, document_id)
+        if stored is not None and stored.deleting:
+            self._delete(stored)
 
     # ---- settling failed attempts -----------------------------------------------------------------
 
     @property
     def unsettled(self) -> int:
-        """Failed attempts whose bookkeeping waits for the store to come back."""
+        """Failed attempts, updates and deletes whose bookkeeping waits for the store to come back."""
         return len(self._settling)
 
     async def close(self) -> None:
@@ -355,28 +430,40 @@ class DocumentLifecycle:
     def _settle(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
         settle_failed_attempt(self._registry, self._chunks, attempt, generation, error)
 
-    def _settle_later(self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None) -> None:
-        task = asyncio.get_running_loop().create_task(self._settle_when_reachable(attempt, generation, error))
+    def _settle_later(
+        self, tenant: str, document_id: str, step: Callable[[], None], *, first_delay_s: float | None = None
+    ) -> None:
+        """Runs `step` (store calls, in a store thread) under the document's lock after `first_delay_s`
+        (default: the first retry delay), then as soon as the store answers, retrying with backoff;
+        stops when this process may no longer write."""
+        task = asyncio.get_running_loop().create_task(
+            self._settle_when_reachable(tenant, document_id, step, first_delay_s)
+        )
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
     async def _settle_when_reachable(
-        self, attempt: DocumentRecord, generation: str, error: errors.RagrpcError | None
+        self, tenant: str, document_id: str, step: Callable[[], None], first_delay_s: float | None
     ) -> None:
         tries = 0
         while True:
-            await asyncio.sleep(self._settle_delays[min(tries, len(self._settle_delays) - 1)])
+            delay = self._settle_delays[min(tries, len(self._settle_delays) - 1)]
+            await asyncio.sleep(first_delay_s if tries == 0 and first_delay_s is not None else delay)
             tries += 1
             try:
-                async with self._lock(attempt.key):
-                    await self._store(self._settle, attempt, generation, error)
+                self._may_write()
+                async with self._lock(document_key(tenant, document_id)):
+                    await self._store(step)
+            except errors.PreconditionError as exc:  # the writer lease is lost: the next holder recovers
+                logger.warning("settling %s stopped: %s", document_id, exc.message)
+                return
             except errors.RagrpcError as exc:
-                logger.info("settling %s: store still unreachable (%s)", attempt.document_id, exc.message)
+                logger.info("settling %s: store still unreachable (%s)", document_id, exc.message)
                 continue
             except Exception:  # noqa: BLE001 - supervised: keep trying (recovery at start is the backstop)
-                logger.exception("settling %s failed unexpectedly; trying again", attempt.document_id)
+                logger.exception("settling %s failed unexpectedly; trying again", document_id)
                 continue
-            logger.info("settled the failed attempt of %s after %d tries", attempt.document_id, tries)
+            logger.info("settled %s after %d tries", document_id, tries)
             return
 
     # ---- recovery at start ------------------------------------------------------------------------

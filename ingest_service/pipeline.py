@@ -39,6 +39,7 @@ from ingest_service.reupload import reingest_reason
 from ragrpc import errors
 from ragrpc.context_header import embedded_text
 from ragrpc.embeddings import Embedder
+from ragrpc.enrich import Enrichers
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
 from ragrpc.tokens import KeptShortCounts, TokenCounter
@@ -118,7 +119,9 @@ class IngestPipeline:
         tracer: Tracer | None = None,
         context_headers: bool = False,
         header_counter: TokenCounter | None = None,
+        enrichers: Enrichers | None = None,
     ) -> None:
+        self._enrichers = enrichers  # document-level knowledge (ragrpc.enrich; RAGRPC_ENRICHERS); None: none
         self._context_headers = context_headers
         # counts model tokens to cut context headers; made once (a counter copies the model's
         # tokenizer: ~15 ms, which per document on the event loop cost ingestion a third of its rate)
@@ -158,11 +161,26 @@ class IngestPipeline:
         content_hash = item.content_hash if small else await self._run(getattr, item, "content_hash")
         document_id = item.spec.document_id or derived_document_id(content_hash)
         task = asyncio.current_task()
+        # The document timeout runs from submission: waiting for a slot and for the document's lock
+        # counts, so a document stuck in a long queue ends instead of waiting for ever.
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
         try:
             with self._lifecycle.registered(item.tenant, document_id):
-                async with slot or contextlib.nullcontext():
-                    async with self._lifecycle.attempt_lock(item.tenant, document_id):
-                        return await self._ingest_locked(item, document_id, content_hash, report)
+                async with contextlib.AsyncExitStack() as held:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            await held.enter_async_context(slot or contextlib.nullcontext())
+                            await held.enter_async_context(self._lifecycle.attempt_lock(item.tenant, document_id))
+                    except TimeoutError:
+                        waited = errors.DeadlineError(
+                            f"the document waited {self._timeout_s:.0f}s for its turn and was not ingested "
+                            "(RAGRPC_DOCUMENT_TIMEOUT_S); retry it when the service is less busy",
+                            reason="DOCUMENT_TIMEOUT",
+                            metadata={"document_id": document_id},
+                        )
+                        report(ProgressEvent.failed(document_id, waited))
+                        raise waited from None
+                    return await self._ingest_locked(item, document_id, content_hash, report, deadline)
         except asyncio.CancelledError:
             if not self._lifecycle.deleted_during(task):
                 raise
@@ -188,7 +206,7 @@ class IngestPipeline:
         return report
 
     async def _ingest_locked(
-        self, item: IngestItem, document_id: str, content_hash: str, report: ProgressCallback
+        self, item: IngestItem, document_id: str, content_hash: str, report: ProgressCallback, deadline: float
     ) -> IngestOutcome:
         collection = item.spec.collection or "default"
         existing = await self._lifecycle.current(item.tenant, document_id)
@@ -219,13 +237,15 @@ class IngestPipeline:
             item.tenant, document_id, collection=collection, content_hash=content_hash, existing=existing
         )
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout_at(deadline):
                 await self._lifecycle.begin(attempt)
                 report(ProgressEvent(document_id, "queued", attempt.record.state))
                 return await self._process(item, attempt, report)
         except TimeoutError:
             error: errors.RagrpcError = errors.DeadlineError(
-                f"ingestion took longer than {self._timeout_s:.0f}s and was abandoned (RAGRPC_DOCUMENT_TIMEOUT_S)"
+                f"ingestion took longer than {self._timeout_s:.0f}s from its submission and was abandoned "
+                "(RAGRPC_DOCUMENT_TIMEOUT_S)",
+                reason="DOCUMENT_TIMEOUT",
             )
             await self._fail(attempt, error, report)
             raise error from None
@@ -278,13 +298,13 @@ class IngestPipeline:
         return IngestOutcome(committed, unchanged=False, chunks_written=written)
 
     # The per-document CPU work runs in the executor, two calls a document: extraction with the
-    # document's facts (language guess, filing facts on the cover page), then chunking with the
+    # document's facts (language guess, the enrichers' facts and header terms), then chunking with the
     # texts to embed (context headers cut by model tokens). On the event loop, the facts and the
     # headers took 25 % of its time at 2,500 documents (py-spy), and every document's progress
     # and store calls waited behind them.
     def _extract_and_gather(self, item: IngestItem) -> tuple[ExtractedDocument, DocumentFacts]:
         extracted = self._extract_and_clean(item)
-        return extracted, gather_facts(item, extracted)
+        return extracted, gather_facts(item, extracted, self._enrichers, self._chunks.metadata_fields)
 
     def _plan_and_frame(
         self, item: IngestItem, extracted: ExtractedDocument, facts: DocumentFacts

@@ -33,10 +33,13 @@ def settle_failed_attempt(
     generation: str,
     error: errors.RagrpcError | None,
 ) -> None:
-    """The attempt's chunks go and its record (with what it learnt, e.g. pages without text) is
-    FAILED with `error`, or stays ACTIVE with the previous version; a replaced version's leftover
-    chunks go. An attempt that already switched (the store took the write but the reply was lost)
-    stays ACTIVE; one that a later attempt superseded is left alone."""
+    """The attempt's chunks go and the record no longer names it. A first ingestion's record is
+    FAILED with `error` (and what the attempt learnt, e.g. pages without text); a replacement's
+    stays the stored, visible version - its content hash, title, facts and chunk count, not the
+    attempt's, so that the same content uploaded again is ingested, not found unchanged - with
+    `error` noted. A replaced version's leftover chunks go. An attempt that already switched (the
+    store took the write but the reply was lost) stays ACTIVE; one that a later attempt
+    superseded is left alone."""
     tenant, document_id = attempt.tenant, attempt.document_id
     stored = registry.get(tenant, document_id)
     if stored is None:
@@ -46,10 +49,13 @@ def settle_failed_attempt(
     changed = False
     if generation and stored.pending_generation == generation:
         chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
-        record = DocumentRecord(**{**attempt.__dict__})
-        record.generation, record.stale_generation = stored.generation, stored.stale_generation
+        if stored.state == DocumentState.ACTIVE:
+            record = DocumentRecord(**{**stored.__dict__})
+        else:
+            record = DocumentRecord(**{**attempt.__dict__})
+            record.generation, record.stale_generation = stored.generation, stored.stale_generation
+            record.state = DocumentState.FAILED
         record.pending_generation = ""
-        record.state = DocumentState.ACTIVE if stored.state == DocumentState.ACTIVE else DocumentState.FAILED
         if error is not None:
             record.error = error.message
             record.error_code = errors.status_name(error)

@@ -15,6 +15,19 @@ DOCUMENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 COLLECTION_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_VALUE_CHARS = 4096
+MAX_FILE_NAME_BYTES = 1024
+
+
+def _check_bytes(value: str, limit: int, field: str) -> None:
+    """Stored VARCHAR values are limited in UTF-8 bytes (ragrpc.store.schema.VARCHAR_LIMITS)."""
+    size = s.utf8_length(value)
+    if size > limit:
+        raise errors.InvalidInputError(
+            f"{field} is {size} bytes in UTF-8; the limit is {limit} bytes (a CJK character takes 3)",
+            field=field,
+            reason="VALUE_TOO_LONG",
+            metadata={"limit_bytes": str(limit), "bytes": str(size)},
+        )
 
 
 @dataclass
@@ -118,9 +131,12 @@ def validate_spec(spec: DocumentSpecInput, *, field_prefix: str = "spec") -> Non
             f"at most {s.MAX_TAGS} tags are allowed, got {len(spec.tags)}", field=f"{field_prefix}.tags"
         )
     for tag in spec.tags:
-        if not tag or len(tag) > s.MAX_TAG_LENGTH:
+        if not tag or s.utf8_length(tag) > s.MAX_TAG_LENGTH:
             raise errors.InvalidInputError(
-                f"tags must be 1-{s.MAX_TAG_LENGTH} characters; got {tag[:40]!r}", field=f"{field_prefix}.tags"
+                f"each tag must be 1-{s.MAX_TAG_LENGTH} bytes in UTF-8; {tag[:40]!r} is {s.utf8_length(tag)} bytes",
+                field=f"{field_prefix}.tags",
+                reason="VALUE_TOO_LONG",
+                metadata={"limit_bytes": str(s.MAX_TAG_LENGTH)},
             )
     if len(spec.metadata) > MAX_METADATA_ENTRIES:
         raise errors.InvalidInputError(
@@ -132,9 +148,8 @@ def validate_spec(spec: DocumentSpecInput, *, field_prefix: str = "spec") -> Non
                 f"metadata keys must be non-empty and values at most {MAX_METADATA_VALUE_CHARS} characters",
                 field=f"{field_prefix}.metadata",
             )
-    if len(spec.source) > s.VARCHAR_LIMITS[s.SOURCE] or len(spec.file_name) > 1024:
-        raise errors.InvalidInputError(
-            "source / file_name is too long (max 2048 / 1024 characters)", field=f"{field_prefix}.source"
-        )
+    _check_bytes(spec.source, s.VARCHAR_LIMITS[s.SOURCE], f"{field_prefix}.source")
+    _check_bytes(spec.title, s.VARCHAR_LIMITS[s.TITLE], f"{field_prefix}.title")
+    _check_bytes(spec.file_name, MAX_FILE_NAME_BYTES, f"{field_prefix}.file_name")
     if spec.chunk_size_tokens < 0 or spec.chunk_overlap_tokens < 0:
         raise errors.InvalidInputError("chunk sizes cannot be negative", field=f"{field_prefix}.chunking")

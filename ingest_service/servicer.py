@@ -4,6 +4,7 @@ ragrpc errors and mapped to gRPC status by the server's interceptor."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 
@@ -14,10 +15,14 @@ from ingest_service.admission import AdmissionGate, Reservation
 from ingest_service.documents import DocumentService
 from ingest_service.ingestions import Ingestions
 from ingest_service.jobs import IngestJobRunner
-from ingest_service.requests import IngestItem, SpooledUpload
+from ingest_service.requests import DocumentSpecInput, IngestItem, SpooledUpload, validate_spec
 from ragrpc import errors
+from ragrpc.consistency import ConsistencyToken
+from ragrpc.models import DocumentRecord, document_key
 from ragrpc.request_context import current_tenant
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
+
+_WRITE_ON_LOOP_BYTES = 64 << 10  # a smaller piece is copied and hashed on the event loop (tens of µs)
 
 
 class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
@@ -33,7 +38,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         max_batch_documents: int,
         upload_memory_bytes: int = 8 << 20,
         spool_directory: str | None = None,
+        spool_executor: Executor | None = None,
     ) -> None:
+        self._spool_executor = spool_executor or executor  # writes (and hashes) spooled upload bytes
         self._ingestions = ingestions
         self._gate = gate
         self._upload_memory = upload_memory_bytes
@@ -51,23 +58,31 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def UploadDocument(
         self, request_iterator: AsyncIterator[ingest_pb2.UploadDocumentRequest], context: grpc.aio.ServicerContext
     ) -> ingest_pb2.UploadDocumentResponse:
-        header, upload, reservation = await self._receive_upload(request_iterator)
-        item = IngestItem(tenant=current_tenant(), spec=convert.spec_from_pb(header), upload=upload)
+        spec, upload, reservation = await self._receive_upload(request_iterator)
+        try:
+            item = IngestItem(tenant=current_tenant(), spec=spec, upload=upload)
+            task = self._ingestions.submit(item, reservation)  # from here the task releases both
+        except BaseException:
+            reservation.release_all()
+            upload.close()
+            raise
         # The ingestion is the service's: a caller that cancels or times out only stops waiting.
-        outcome = await asyncio.shield(self._ingestions.submit(item, reservation))
+        outcome = await asyncio.shield(task)
         return ingest_pb2.UploadDocumentResponse(
-            document=convert.document_to_pb(outcome.record), unchanged=outcome.unchanged
+            document=convert.document_to_pb(outcome.record),
+            unchanged=outcome.unchanged,
+            consistency_token=_token(outcome.record.key, outcome.record),
         )
 
     async def _receive_upload(
         self,
         stream: AsyncIterator[ingest_pb2.UploadDocumentRequest],
-    ) -> tuple[ingest_pb2.DocumentSpec, SpooledUpload, Reservation]:
-        """Reads the upload: admission is reserved when the header arrives (so a busy service
-        refuses before the body is sent), the bytes are spooled (to disk past
-        RAGRPC_UPLOAD_MEMORY_BYTES). On any failure, a cancellation included, the reservation
-        is released and the spool dropped."""
-        header: ingest_pb2.DocumentSpec | None = None
+    ) -> tuple[DocumentSpecInput, SpooledUpload, Reservation]:
+        """Reads the upload: the header is checked and admission reserved when it arrives (so a
+        malformed header or a busy service is refused before the body is sent), the bytes are
+        spooled (to disk past RAGRPC_UPLOAD_MEMORY_BYTES). On any failure, a cancellation
+        included, the reservation is released and the spool dropped."""
+        header: DocumentSpecInput | None = None
         reservation: Reservation | None = None
         upload = SpooledUpload(self._upload_memory, self._spool_directory)
         try:
@@ -75,9 +90,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                 if message.HasField("header"):
                     if header is not None:
                         raise errors.InvalidInputError("the header may only be sent once, first", field="header")
-                    header = message.header
-                    if not header.file_name:
+                    if not message.header.file_name:
                         raise errors.InvalidInputError("header.file_name is required", field="header.file_name")
+                    header = convert.spec_from_pb(message.header, field_prefix="header")
+                    validate_spec(header, field_prefix="header")
                     reservation = self._gate.reserve(1)
                     continue
                 if header is None:
@@ -90,8 +106,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                         reason="UPLOAD_TOO_LARGE",
                         metadata={"limit_bytes": str(self._max_upload)},
                     )
-                if upload.size + len(message.data) > self._upload_memory and not upload.on_disk:
-                    await self._run(upload.write, message.data)  # the roll-over to disk copies what came so far
+                if upload.on_disk or len(message.data) > _WRITE_ON_LOOP_BYTES or (
+                    upload.size + len(message.data) > self._upload_memory
+                ):  # disk writes, the roll-over to disk and the hashing of large pieces leave the event loop
+                    await asyncio.get_running_loop().run_in_executor(self._spool_executor, upload.write, message.data)
                 else:
                     upload.write(message.data)
             if header is None or reservation is None:
@@ -116,7 +134,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
             )
         tenant = current_tenant()
         items = [
-            IngestItem(tenant=tenant, spec=convert.spec_from_pb(d.spec), content=d.content) for d in request.documents
+            IngestItem(
+                tenant=tenant, spec=convert.spec_from_pb(d.spec, field_prefix=f"documents[{i}].spec"), content=d.content
+            )
+            for i, d in enumerate(request.documents)
         ]
         for index, item in enumerate(items):
             if len(item.content) > self._max_upload:
@@ -138,7 +159,9 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         self, request: ingest_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext
     ) -> ingest_pb2.GetDocumentResponse:
         record = await self._run(self._documents.get, current_tenant(), request.document_id)
-        return ingest_pb2.GetDocumentResponse(document=convert.document_to_pb(record))
+        return ingest_pb2.GetDocumentResponse(
+            document=convert.document_to_pb(record), consistency_token=_token(record.key, record)
+        )
 
     async def ListDocuments(
         self, request: ingest_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext
@@ -170,16 +193,26 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
             tags=list(doc.tags),
             metadata=dict(doc.metadata),
         )
-        return ingest_pb2.UpdateDocumentResponse(document=convert.document_to_pb(record))
+        return ingest_pb2.UpdateDocumentResponse(
+            document=convert.document_to_pb(record), consistency_token=_token(record.key, record)
+        )
 
     async def DeleteDocument(
         self, request: ingest_pb2.DeleteDocumentRequest, context: grpc.aio.ServicerContext
     ) -> ingest_pb2.DeleteDocumentResponse:
-        deleted = await self._documents.delete(current_tenant(), request.document_id)
-        return ingest_pb2.DeleteDocumentResponse(chunks_deleted=deleted)
+        tenant = current_tenant()
+        deleted = await self._documents.delete(tenant, request.document_id)
+        return ingest_pb2.DeleteDocumentResponse(
+            chunks_deleted=deleted, consistency_token=_token(document_key(tenant, request.document_id), None)
+        )
 
     async def GetIngestJob(
         self, request: ingest_pb2.GetIngestJobRequest, context: grpc.aio.ServicerContext
     ) -> ingest_pb2.GetIngestJobResponse:
         job = await self._jobs.get(current_tenant(), request.job_id)
         return ingest_pb2.GetIngestJobResponse(job=convert.job_to_pb(job))
+
+
+def _token(key: str, record: DocumentRecord | None) -> str:
+    """The consistency token of a write acknowledged now that left the document as `record`."""
+    return ConsistencyToken.of_write(time.time(), [(key, record)]).encode()

@@ -11,9 +11,17 @@ wait). Every take-over increments the epoch.
 
 While it runs, the holder renews the lease every ttl/3 (a supervised loop). If a renewal finds
 another holder or epoch, the lease was lost (this process stalled past the ttl and another one
-took over): from then on `check()` raises and every ingestion attempt of this process is
-refused before it writes, and the service reports NOT_SERVING. A clean shutdown releases the
-lease (expiry 0) so the next start takes it at once.
+took over): from then on `check()` raises and the service reports NOT_SERVING. A clean shutdown
+releases the lease (expiry 0) so the next start takes it at once.
+
+Fencing: every write call to the store (chunks and registry) goes through `FencedChunkStore` /
+`FencedRegistry`, which call `check()` first, not only the lifecycle's transitions. `check()`
+honours expiry by this process's clock: once fewer than `margin_s` seconds (ttl/3 by default)
+are left before the held lease expires, writes are refused (UNAVAILABLE, WRITER_LEASE_EXPIRED)
+until a renewal extends it. A holder that was paused or cut off from the store therefore stops
+writing before another process may take the lease over (which needs the lease expired by its
+own clock), and never overwrites what the next holder's recovery and writes put in place; the
+margin covers the time a write takes to reach the store and the clocks' disagreement.
 
 Milvus has no compare-and-set: two processes starting within the same moment could both write
 the row. After writing, the taker waits `settle_s` and reads the row back; only the one whose
@@ -23,16 +31,19 @@ to well within the ttl.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from ragrpc import errors
-from ragrpc.models import WriterLeaseRecord
-from ragrpc.store.base import DocumentRegistry
+from ragrpc.models import ChunkRecord, DocumentRecord, IngestJobRecord, WriterLeaseRecord
+from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.store.filters import FilterExpr
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +72,13 @@ class WriterLease:
         host: str | None = None,
         pid: int | None = None,
         pid_alive: Callable[[int], bool] = _pid_alive,
+        margin_s: float | None = None,
     ) -> None:
         if ttl_s <= 0:
             raise ValueError(f"the writer lease ttl must be > 0 seconds, got {ttl_s}")
+        self.margin_s = ttl_s / 3 if margin_s is None else margin_s
+        if not 0 <= self.margin_s < ttl_s:
+            raise ValueError(f"the writer lease margin must be >= 0 and below the ttl, got {self.margin_s}")
         self._registry = registry
         self.ttl_s = ttl_s
         self._settle_s = settle_s
@@ -135,25 +150,43 @@ class WriterLease:
         )
 
     def renew(self) -> None:
-        """Extends the lease (a supervised step); marks it lost when another process holds it now."""
-        if self._held is None or self.lost_reason:
+        """Extends the lease (a supervised step); marks it lost when another process holds it now.
+        The new expiry counts only once it is stored (a failed write leaves the old one). A renewal
+        that comes late (within the margin of expiry, when another process may be taking the lease
+        over) reads the row back after `settle_s`, as `acquire` does, and keeps the lease only if
+        its own write is there."""
+        held = self._held
+        if held is None or self.lost_reason:
             return
         stored = self._registry.read_lease()
-        if stored is None or stored.holder != self.holder or stored.epoch != self._held.epoch:
-            holder = stored.holder if stored else "nobody"
-            self.lost_reason = f"the writer lease was taken over by {holder}"
-            logger.error("%s: this ingest service stops writing", self.lost_reason)
+        if stored is None or stored.holder != self.holder or stored.epoch != held.epoch:
+            self._lose(stored)
             return
         now = self._clock()
-        if now > self._held.expires_at:
-            logger.warning("the writer lease was renewed %.1fs after it expired", now - self._held.expires_at)
-        self._held.renewed_at = now
-        self._held.expires_at = now + self.ttl_s
-        self._registry.write_lease(self._held)
+        late = held.expires_at - now <= self.margin_s
+        if now > held.expires_at:
+            logger.warning("the writer lease is renewed %.1fs after it expired", now - held.expires_at)
+        renewed = dataclasses.replace(held, renewed_at=now, expires_at=now + self.ttl_s)
+        self._registry.write_lease(renewed)
+        if late and self._settle_s > 0:
+            self._sleep(self._settle_s)
+            back = self._registry.read_lease()
+            if back is None or back.holder != self.holder or back.epoch != held.epoch:
+                self._lose(back)
+                return
+        self._held = renewed
+
+    def _lose(self, stored: WriterLeaseRecord | None) -> None:
+        holder = stored.holder if stored else "nobody"
+        self.lost_reason = f"the writer lease was taken over by {holder}"
+        logger.error("%s: this ingest service stops writing", self.lost_reason)
 
     def check(self) -> None:
-        """Raises when this process may not write (the lease was lost, or never taken)."""
-        if self._held is None:
+        """Raises when this process may not write now: the lease was lost or never taken
+        (FAILED_PRECONDITION), or it expires within the margin and was not renewed in time
+        (UNAVAILABLE: writes resume once a renewal succeeds)."""
+        held = self._held
+        if held is None:
             raise errors.PreconditionError(
                 "this ingest service does not hold the writer lease", reason="NO_WRITER_LEASE"
             )
@@ -161,6 +194,15 @@ class WriterLease:
             raise errors.PreconditionError(
                 f"{self.lost_reason}; this ingest service no longer writes: restart it once the other one stopped",
                 reason="WRITER_LEASE_LOST",
+            )
+        left = held.expires_at - self._clock()
+        if left <= self.margin_s:
+            raise errors.UnavailableError(
+                f"the writer lease was last renewed {max(0.0, self._clock() - held.renewed_at):.0f}s ago and "
+                f"{'expired' if left <= 0 else 'is about to expire'}; writes wait for its renewal (is the store "
+                "reachable?); retry shortly",
+                retry_after_s=max(1.0, self.ttl_s / 3),
+                reason="WRITER_LEASE_EXPIRED",
             )
 
     def release(self) -> None:
@@ -172,3 +214,55 @@ class WriterLease:
             self._held.expires_at = 0.0
             self._registry.write_lease(self._held)
         self._held = None
+
+
+class FencedChunkStore:
+    """The chunk store with every write checked against the writer lease first (see the module
+    docstring); reads pass through."""
+
+    def __init__(self, inner: ChunkStore, lease: WriterLease) -> None:
+        self._inner = inner
+        self._lease = lease
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
+        self._lease.check()
+        self._inner.insert_chunks(chunks)
+
+    def upsert_chunks(self, chunks: list[ChunkRecord]) -> None:
+        self._lease.check()
+        self._inner.upsert_chunks(chunks)
+
+    def delete_chunks(self, expr: FilterExpr) -> int:
+        self._lease.check()
+        return self._inner.delete_chunks(expr)
+
+
+class FencedRegistry:
+    """The registry with every document and job write checked against the writer lease first; the
+    lease's own row (read_lease / write_lease) is not fenced."""
+
+    def __init__(self, inner: DocumentRegistry, lease: WriterLease) -> None:
+        self._inner = inner
+        self._lease = lease
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put(self, record: DocumentRecord) -> None:
+        self._lease.check()
+        self._inner.put(record)
+
+    def delete(self, tenant: str, document_id: str) -> None:
+        self._lease.check()
+        self._inner.delete(tenant, document_id)
+
+    def purge_deletions(self, older_than: int) -> None:
+        self._lease.check()
+        self._inner.purge_deletions(older_than)
+
+    def put_job(self, job: IngestJobRecord) -> None:
+        self._lease.check()
+        self._inner.put_job(job)

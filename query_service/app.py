@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from query_service.answering import AnswerService
+from query_service.consistency import ConsistencyGate
 from query_service.context import ContextAssembler
 from query_service.dense import InProcessDenseRetriever, StoreDenseRetriever, dense_search_mode
 from query_service.dense_index import InProcessDenseIndex
 from query_service.generation import build_generator_chain, parse_endpoints
+from query_service.index_snapshot import IndexSnapshots
 from query_service.index_sync import ChunkIndexSync
 from query_service.prompt_templates import PromptBuilder, PromptTemplates
 from query_service.registry_follower import RegistryFollower
@@ -29,8 +31,8 @@ from ragrpc import deadlines, errors
 from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
-from ragrpc.metrics import Metrics, MetricsInterceptor
-from ragrpc.observers import AnswerMetricsObserver
+from ragrpc.enrich import build_enrichers
+from ragrpc.metrics import AnswerMetricsObserver, Metrics, MetricsInterceptor
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.supervised import SupervisedLoop, watch_health
@@ -44,6 +46,11 @@ SERVICE_NAME = retrieve_pb2.DESCRIPTOR.services_by_name["RetrieveService"].full_
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 
 
+def the_sync(components: QueryComponents) -> ChunkIndexSync:
+    """The ChunkIndexSync whose indexes a snapshot holds."""
+    return next(listener for listener in components.follower.listeners if isinstance(listener, ChunkIndexSync))
+
+
 @dataclass
 class QueryComponents:
     retrieval: RetrievalPipeline
@@ -53,6 +60,8 @@ class QueryComponents:
     follower: RegistryFollower
     background: list[SupervisedLoop] = field(default_factory=list)
     tracer: Tracer = field(default_factory=NoopTracer)  # stage spans, and the RPC spans of the server
+    snapshots: IndexSnapshots | None = None  # RAGRPC_INDEX_SNAPSHOT_DIR
+    restored: bool = False  # the view was restored from a snapshot (it catches up at start)
 
     def start_background(self) -> list[asyncio.Task]:
         """Starts the supervised background loops (following the registry) on the running event loop."""
@@ -64,10 +73,12 @@ def build_sparse(
     chunks: ChunkStore,
     follower: RegistryFollower,
     dense_index: InProcessDenseIndex | None = None,
+    bm25: InProcessBm25Index | None = None,
 ) -> SparseRetriever | None:
-    """The configured sparse retriever; rank_bm25's index becomes a listener of the follower (it is
-    filled when the follower loads). With `dense_index`, one sync keeps both indexes (one scan),
-    and without rank_bm25 it keeps the dense index alone."""
+    """The configured sparse retriever; rank_bm25's index (`bm25`, e.g. one restored from a snapshot,
+    else a new one) becomes a listener of the follower (it is filled when the follower loads). With
+    `dense_index`, one sync keeps both indexes (one scan), and without rank_bm25 it keeps the dense
+    index alone."""
     backend = settings.sparse_backend.lower()
     if backend not in ("none", "milvus_bm25", "rank_bm25"):
         raise errors.PreconditionError(f"unknown RAGRPC_SPARSE_BACKEND {backend!r}; use milvus_bm25, rank_bm25 or none")
@@ -76,7 +87,10 @@ def build_sparse(
             "RAGRPC_SPARSE_BACKEND=milvus_bm25 but the collection has no BM25 function "
             "(Milvus < 2.5); use rank_bm25 or none"
         )
-    bm25 = InProcessBm25Index(EnglishAnalyzer(), bm25_parameters(settings)) if backend == "rank_bm25" else None
+    if backend != "rank_bm25":
+        bm25 = None
+    elif bm25 is None:
+        bm25 = InProcessBm25Index(EnglishAnalyzer(), bm25_parameters(settings))
     if bm25 is not None or dense_index is not None:
         sync = ChunkIndexSync(bm25, chunks, context_headers=settings.context_headers, dense=dense_index)
         follower.add_listener(sync)
@@ -175,24 +189,46 @@ def build_components(
     if tracer is None:
         tracer = tracer_from_setting(settings.tracing)
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
-    follower = RegistryFollower(registry, reconcile_interval_s=settings.registry_reconcile_interval_s)
+    follower = RegistryFollower(
+        registry,
+        reconcile_interval_s=settings.registry_reconcile_interval_s,
+        give_up_after_s=settings.index_give_up_after_s,
+    )
     dense_index = build_dense_index(settings, chunks, embedder.dimension)
-    if sparse is None and use_configured_sparse:
-        sparse = build_sparse(settings, chunks, follower, dense_index)
+    configured = sparse is None and use_configured_sparse
+    keeps_bm25 = configured and settings.sparse_backend.lower() == "rank_bm25"
+    snapshots = index_snapshots(settings, embedder, dense_held=dense_index is not None) if configured else None
+    snapshot = (
+        snapshots.load(analyzer=EnglishAnalyzer() if keeps_bm25 else None, dense=dense_index is not None)
+        if (snapshots is not None and (keeps_bm25 or dense_index is not None))
+        else None
+    )
+    if snapshot is not None and snapshot.dense is not None:
+        dense_index = snapshot.dense
+    if configured:
+        sparse = build_sparse(settings, chunks, follower, dense_index, bm25=snapshot.bm25 if snapshot else None)
     elif dense_index is not None:  # the sparse retriever was given: a sync for the dense index alone
         follower.add_listener(ChunkIndexSync(None, chunks, context_headers=settings.context_headers, dense=dense_index))
+    syncs = [listener for listener in follower.listeners if isinstance(listener, ChunkIndexSync)]
+    if snapshot is not None and snapshots is not None and len(syncs) == 1:
+        snapshots.restore(snapshot, follower, syncs[0])
     if load:
-        load_follower(follower)
+        load_or_catch_up(follower)
     retrieval = RetrievalPipeline(
         embedder=embedder,
         chunks=chunks,
         dense=InProcessDenseRetriever(dense_index) if dense_index is not None else StoreDenseRetriever(chunks),
         visibility=FollowedVisibility(follower, registry),
+        consistency=ConsistencyGate(follower, max_wait_s=settings.consistency_max_wait_s),
         sparse=sparse,
         reranker=reranker,
         executor=executor,
         rerank_top_n=settings.rerank_top_n,
         tracer=tracer,
+        query_analyser=build_enrichers(
+            settings.enrichers,
+            on_failure=(lambda name: metrics.enricher_failures.labels(name).inc()) if metrics else None,
+        ),
     )
     counter = TiktokenCounter(settings.tiktoken_encoding)
     prompts = PromptBuilder(
@@ -219,13 +255,63 @@ def build_components(
         default_rrf_k=settings.rrf_k,
         default_weights=(settings.dense_weight, settings.sparse_weight),
     )
+    if metrics is not None:
+        metrics.index_lagging_documents.set_function(lambda: follower.lagging)
+    on_failure = (lambda task: metrics.background_failures.labels(task).inc()) if metrics else None
     follow = SupervisedLoop(
-        "registry-follow",
-        follower.poll,
-        interval_s=settings.registry_follow_interval_s,
-        on_failure=(lambda task: metrics.background_failures.labels(task).inc()) if metrics else None,
+        "registry-follow", follower.poll, interval_s=settings.registry_follow_interval_s, on_failure=on_failure
     )
-    return QueryComponents(retrieval, answers, executor, limits, follower, [follow], tracer=tracer)
+    background = [follow]
+    if snapshots is not None and len(syncs) == 1:
+        sync = syncs[0]
+        background.append(
+            SupervisedLoop(
+                "index-snapshot",
+                lambda: snapshots.save(follower, sync),
+                interval_s=settings.index_snapshot_interval_s,
+                max_backoff_s=settings.index_snapshot_interval_s,
+                on_failure=on_failure,
+            )
+        )
+    components = QueryComponents(retrieval, answers, executor, limits, follower, background, tracer=tracer)
+    components.snapshots = snapshots if len(syncs) == 1 else None
+    components.restored = snapshot is not None and len(syncs) == 1
+    return components
+
+
+def index_snapshots(settings: Settings, embedder: Embedder, *, dense_held: bool) -> IndexSnapshots | None:
+    """The snapshots of RAGRPC_INDEX_SNAPSHOT_DIR (None when unset), with what their indexes depend on."""
+    if not settings.index_snapshot_dir.strip():
+        return None
+    identity = {
+        "format": "ragrpc-query-indexes/1",
+        "milvus_uri": settings.milvus_uri,
+        "collection_prefix": settings.collection_prefix,
+        "embedding": [embedder.provider, embedder.model_id, embedder.dimension],
+        "sparse_backend": settings.sparse_backend.lower(),
+        "analyzer": EnglishAnalyzer.__name__,
+        "bm25": [settings.bm25_k1, settings.bm25_b],
+        "context_headers": settings.context_headers,
+        "metadata_filter_keys": settings.metadata_filter_keys,
+        "dense_held": dense_held,
+    }
+    return IndexSnapshots(settings.index_snapshot_dir, identity=identity, max_age_s=settings.index_snapshot_max_age_s)
+
+
+def load_or_catch_up(follower: RegistryFollower) -> None:
+    """The complete start-up view: restored from a snapshot, a first poll catches up with the registry
+    since it; else the full load (every visible document, then every chunk of them)."""
+    if follower.loaded:
+        started = time.monotonic()
+        changed = follower.poll(reconcile=True)
+        logger.info(
+            "registry followed from the snapshot: %d changes since it applied in %.1fs (%d visible documents)",
+            changed,
+            time.monotonic() - started,
+            follower.document_count,
+        )
+        return
+    load_follower(follower)
 
 
 async def start_query_server(
@@ -242,7 +328,7 @@ async def start_query_server(
     registration = ServiceRegistration(
         SERVICE_NAME, lambda server: retrieve_pb2_grpc.add_RetrieveServiceServicer_to_server(servicer, server)
     )
-    loaded = components.follower.loaded
+    loaded = components.follower.ready
     running = await host_service(
         settings,
         registration,
@@ -270,10 +356,11 @@ async def _load_then_serve(
     components: QueryComponents, running: RunningServer, after_load: Callable[[], None] | None = None
 ) -> None:
     """Loads the complete index while health says NOT_SERVING (and Retrieve/Ask answer UNAVAILABLE),
-    runs `after_load`, then reports SERVING and starts following the registry. A failed load is
-    retried with backoff."""
+    applies what the load could not complete (a store that returned a document's chunks short), runs
+    `after_load`, then reports SERVING and starts following the registry. A failed load is retried
+    with backoff."""
     delay = 1.0
-    while True:
+    while not components.follower.loaded:
         try:
             await asyncio.to_thread(load_follower, components.follower)
             break
@@ -281,6 +368,19 @@ async def _load_then_serve(
             logger.exception("loading the registry and index failed; retrying in %.0fs", delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+    delay = 0.2
+    while not components.follower.ready:  # until every document loaded is complete (or given up on)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+        try:
+            await asyncio.to_thread(components.follower.poll)
+        except Exception:  # noqa: BLE001 - retried; health stays NOT_SERVING
+            logger.exception("completing the start-up load failed; retrying")
+    if components.snapshots is not None and not components.restored:  # the first snapshot, after a full load
+        try:
+            await asyncio.to_thread(components.snapshots.save, components.follower, the_sync(components))
+        except Exception:  # noqa: BLE001 - serving does not depend on it; the snapshot loop tries again
+            logger.exception("writing the first index snapshot failed")
     if after_load is not None:
         after_load()
     await running.set_serving()

@@ -19,7 +19,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,10 +27,11 @@ from query_service.dense_index import InProcessDenseIndex, VectorChunk
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.context_header import bm25_text
-from ragrpc.models import ChunkKind, ChunkRecord
+from ragrpc.models import ChunkKind, ChunkRecord, document_key
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore
+from ragrpc.store.metadata_fields import in_process_attributes
 from ragrpc.store.milvus_chunks import chunk_to_row
 
 logger = logging.getLogger(__name__)
@@ -48,15 +49,15 @@ _SHARED_FIELDS = (s.TENANT, s.COLLECTION, s.DOCUMENT_ID, s.GENERATION, s.SOURCE,
 def indexed_chunk(chunk: ChunkRecord, *, context_headers: bool = False) -> IndexedChunk:
     """The chunk as the BM25 index holds it: its terms as the store keeps them (chunks schema 2), or its
     text to analyse (after its context header, built from the stored title and section path, when
-    those are on), and the attributes that filters and hits need. Strings every chunk of a
-    document repeats are interned, so a document's chunks share one copy."""
+    those are on), and the attributes that filters and hits need (its metadata under the field names
+    of metadata keys, ragrpc.store.metadata_fields). Strings every chunk of a document repeats are
+    interned, so a document's chunks share one copy."""
     row = chunk_to_row(chunk)
     attrs = {name: row[name] for name in _KEPT_FIELDS}
     for name in _SHARED_FIELDS:
         attrs[name] = sys.intern(attrs[name])
-    facts = {key: chunk.metadata[key] for key in s.FILTERABLE_METADATA_KEYS if key in chunk.metadata}
-    if facts:
-        attrs[s.METADATA] = facts
+    # its metadata as plain attributes ("meta_<key>"), which a filter on a key the collection declares reads
+    attrs.update(in_process_attributes(chunk.metadata))
     attrs[s.TAGS] = tuple(sys.intern(tag) for tag in attrs[s.TAGS])
     if chunk.bm25_terms is not None:  # analysed at ingestion (chunks schema 2): not again
         return IndexedChunk(chunk.chunk_id, "", attrs, chunk.bm25_terms)
@@ -69,6 +70,10 @@ class _Held(NamedTuple):
 
 
 class ChunkIndexSync:
+    """A RegistryListener that fills the in-process indexes. A document whose chunk read returns fewer
+    chunks than its registry record counts (a store that lags its own writes, a read cut short) is
+    not applied: the index keeps its previous version and the follower tries again."""
+
     def __init__(
         self,
         index: InProcessBm25Index | None,
@@ -83,7 +88,8 @@ class ChunkIndexSync:
         self._index = index
         self._dense = dense
         self._chunks = chunks
-        self._expected: dict[tuple[str, str], str] = {}  # documents seen while loading -> generation
+        self._expected: dict[tuple[str, str], DocumentView] = {}  # documents seen while loading
+        self._applied: dict[str, tuple[str, int]] = {}  # key -> (generation, chunks) in the indexes
         self.loaded_chunks = 0
 
     @property
@@ -96,15 +102,36 @@ class ChunkIndexSync:
         assert self._dense is not None, "no dense index kept"
         return self._dense
 
-    def documents_loaded(self, documents: list[DocumentView]) -> None:
-        self._expected.update(((v.tenant, v.document_id), v.generation) for v in documents)
+    @property
+    def dense_index(self) -> InProcessDenseIndex | None:
+        return self._dense
 
-    def load_finished(self) -> None:
+    @property
+    def bm25_index(self) -> InProcessBm25Index | None:
+        return self._index
+
+    def documents(self) -> dict[str, tuple[str, int]]:
+        """What the indexes hold: document key -> (generation, chunk count)."""
+        return dict(self._applied)
+
+    def export_state(self) -> list[list[Any]]:
+        """What the indexes hold, for a snapshot (taken while no change is applied)."""
+        return [[key, generation, count] for key, (generation, count) in self._applied.items()]
+
+    def restore_state(self, rows: list[list[Any]]) -> None:
+        """What the indexes restored from a snapshot hold."""
+        self._applied = {str(key): (str(generation), int(count)) for key, generation, count in rows}
+
+    def documents_loaded(self, documents: list[DocumentView]) -> None:
+        self._expected.update(((v.tenant, v.document_id), v) for v in documents)
+
+    def load_finished(self) -> set[str]:
         started = time.monotonic()
         documents = len(self._expected)
-        loaded = self.load_chunks()
+        loaded, short = self.load_chunks()
         seconds = time.monotonic() - started
         logger.info("%s loaded: %d chunks of %d documents in %.1fs", self._names(), loaded, documents, seconds)
+        return short
 
     def _names(self) -> str:
         kept = (("rank_bm25 index", self._index), ("dense vectors", self._dense))
@@ -118,21 +145,33 @@ class ChunkIndexSync:
             index_fields_only=True,  # a chunk that comes with its stored terms needs no text here
         )
 
-    def load_chunks(self) -> int:
-        """Indexes every retrievable chunk of the documents the follower loaded (one paged scan)."""
+    def load_chunks(self) -> tuple[int, set[str]]:
+        """Indexes every retrievable chunk of the documents the follower loaded (one paged scan);
+        returns the chunks indexed and the keys of the documents found short (not indexed)."""
         grouped: dict[tuple[str, str], list[_Held]] = defaultdict(list)
         scanned = pages = 0
         for page in self._scan(f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))):
             for chunk, vector in zip(page, self._page_vectors(page), strict=True):
                 key = (chunk.tenant, chunk.document_id)
-                if self._expected.get(key) == chunk.generation:
+                view = self._expected.get(key)
+                if view is not None and view.generation == chunk.generation:
                     grouped[key].append(_Held(indexed_chunk(chunk, context_headers=self._context_headers), vector))
             scanned, pages = scanned + len(page), pages + 1
             if pages % 10 == 0:
                 logger.info("%s: %d chunks scanned", self._names(), scanned)
-        loaded = 0
-        for (tenant, document_id), items in grouped.items():
-            self._replace(tenant, document_id, items)
+        loaded, short = 0, set()
+        for (tenant, document_id), view in self._expected.items():
+            items = grouped.pop((tenant, document_id), [])
+            if len(items) < view.chunk_count:
+                short.add(view.key)
+                logger.warning(
+                    "document %s: the store returned %d of its %d chunks; loaded later",
+                    view.key,
+                    len(items),
+                    view.chunk_count,
+                )
+                continue
+            self._replace(view, items)
             loaded += len(items)
         grouped.clear()
         if self._dense is not None:
@@ -140,7 +179,7 @@ class ChunkIndexSync:
         _release_free_memory()
         self._expected.clear()
         self.loaded_chunks = loaded
-        return loaded
+        return loaded, short
 
     def _page_vectors(self, page: list[ChunkRecord]) -> list[np.ndarray | None]:
         """The page's vectors as rows of one float32 matrix (not a list of floats, nor a small array,
@@ -152,36 +191,62 @@ class ChunkIndexSync:
             chunk.vector = []  # the row's list of floats goes now, not with the page
         return list(matrix)
 
-    def _replace(self, tenant: str, document_id: str, held: list[_Held]) -> None:
+    def _replace(self, view: DocumentView, held: list[_Held]) -> None:
         if self._index is not None:
-            self._index.replace_document(tenant, document_id, [h.indexed for h in held])
+            self._index.replace_document(view.tenant, view.document_id, [h.indexed for h in held])
         if self._dense is not None:
             vectors = [VectorChunk(h.indexed.chunk_id, h.vector, h.indexed.attrs) for h in held]  # type: ignore[arg-type]
-            self._dense.replace_document(tenant, document_id, vectors)
+            self._dense.replace_document(view.tenant, view.document_id, vectors)
+        self._applied[view.key] = (view.generation, len(held))
 
-    def documents_changed(self, changes: list[DocumentChange]) -> None:
-        reload: dict[str, DocumentView] = {}
+    def _remove(self, tenant: str, document_id: str) -> None:
+        if self._index is not None:
+            self._index.remove_document(tenant, document_id)
+        if self._dense is not None:
+            self._dense.remove_document(tenant, document_id)
+        self._applied.pop(document_key(tenant, document_id), None)
+
+    def documents_changed(self, changes: list[DocumentChange]) -> set[str]:
+        """Removals at once; the changed documents' chunks read with one paged query per
+        `_RELOAD_BATCH` generations. Returns the keys of documents found short (left as they were)."""
+        reload: dict[str, DocumentChange] = {}
         for change in changes:
             if change.now is None:
-                if self._index is not None:
-                    self._index.remove_document(change.tenant, change.document_id)
-                if self._dense is not None:
-                    self._dense.remove_document(change.tenant, change.document_id)
+                self._remove(change.tenant, change.document_id)
             else:
-                reload[change.now.generation] = change.now
+                reload[change.now.generation] = change
         generations = list(reload)
+        short: set[str] = set()
         for start in range(0, len(generations), _RELOAD_BATCH):
-            self._reload([reload[g] for g in generations[start : start + _RELOAD_BATCH]])
+            short |= self._reload([reload[g] for g in generations[start : start + _RELOAD_BATCH]])
+        return short
 
-    def _reload(self, documents: list[DocumentView]) -> None:
-        expr = f.and_(f.in_(s.GENERATION, [d.generation for d in documents]), f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)))
+    def _reload(self, changes: list[DocumentChange]) -> set[str]:
+        views = [c.now for c in changes if c.now is not None]
+        expr = f.and_(f.in_(s.GENERATION, [v.generation for v in views]), f.eq(s.KIND, int(ChunkKind.RETRIEVABLE)))
         grouped: dict[str, list[_Held]] = defaultdict(list)
         for page in self._scan(expr):
             for chunk, vector in zip(page, self._page_vectors(page), strict=True):
                 held = _Held(indexed_chunk(chunk, context_headers=self._context_headers), vector)
                 grouped[chunk.generation].append(held)
-        for document in documents:
-            self._replace(document.tenant, document.document_id, grouped.get(document.generation, []))
+        short: set[str] = set()
+        for change in changes:
+            view = change.now
+            assert view is not None
+            found = grouped.get(view.generation, [])
+            if len(found) < view.chunk_count and not change.accept_short:
+                logger.warning(
+                    "document %s: the store returned %d of the %d chunks of generation %s; keeping the "
+                    "previous version until it returns them all",
+                    view.key,
+                    len(found),
+                    view.chunk_count,
+                    view.generation,
+                )
+                short.add(view.key)
+                continue
+            self._replace(view, found)
+        return short
 
 
 def _release_free_memory() -> None:

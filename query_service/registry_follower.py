@@ -1,10 +1,10 @@
 """The query service's view of the document registry, followed in the background.
 
 The ingest service (another process) writes the registry; this class keeps, in memory, which
-generation of every document is visible (ACTIVE, not being deleted) and a fingerprint of the
-document-level fields copied onto its chunks (title, tags, metadata). It answers the
-retrieval pipeline's visibility check without a store call, and tells its listeners (the
-in-process BM25 index) what changed, in batches.
+version of every document is visible (ACTIVE, not being deleted: its generation, chunk count and
+the document-level fields copied onto its chunks). It answers the retrieval pipeline's
+visibility check without a store call, and has its listeners (the in-process BM25 and dense
+indexes, through ChunkIndexSync) apply what changed, in batches.
 
     load()  -> one paged scan of the registry's ACTIVE rows (before the service reports SERVING)
     poll()  -> rows whose updated_at passed the watermark (one paged query) and the deletion
@@ -13,20 +13,34 @@ in-process BM25 index) what changed, in batches.
                (and at least 20x the last listing's time) also a paged listing of all keys, a
                backstop for journal entries purged while this process was away
 
-Nothing here runs on the request path: RegistryFollowTask (query_service/background.py) calls
-poll() every RAGRPC_REGISTRY_FOLLOW_INTERVAL_S off the event loop. A document is therefore
-searchable, and a deleted one gone, within about one interval plus the poll's own time.
+A change is visible only once every listener has applied it. One that a listener could not apply
+(its chunk read failed, or returned fewer chunks than the registry counts: a store that lags its
+own writes) stays *incoming*: the previous version stays visible and in the indexes, the change
+is tried again at every poll, `lagging` counts it (a gauge, and a log line at each try), and the
+visibility check accepts the incoming generation too, so that a query finds the old or the new
+version of a document being replaced, never neither. A change still incoming after
+`give_up_after_s` is applied with the chunks the store returns, logged as an error. A start-up
+load that left documents incoming keeps `ready` False (health NOT_SERVING) until they are applied.
+
+`applied_through` is the registry position the view reflects: every registry write made before
+it (by the writer's clock, within the clock slack) is applied. Read-your-writes waits on it
+(query_service.consistency).
+
+Nothing here runs on the request path: a supervised loop calls poll() every
+RAGRPC_REGISTRY_FOLLOW_INTERVAL_S off the event loop (and read-your-writes asks for one sooner).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from ragrpc.consistency import chunk_fields, is_visible, version_digest
 from ragrpc.models import DocumentRecord, DocumentState, document_key
 from ragrpc.store import schema as s
 from ragrpc.store.base import DocumentRegistry
@@ -47,19 +61,31 @@ class DocumentView:
     document_id: str
     generation: str
     fields: tuple  # title, tags, metadata as copied onto the chunks
+    chunk_count: int = 0  # retrievable chunks of the generation, as the registry counts them
 
     @property
     def key(self) -> str:
         return document_key(self.tenant, self.document_id)
 
+    @property
+    def version(self) -> str:
+        return version_digest(self.generation, self.fields)
+
 
 @dataclass(frozen=True)
 class DocumentChange:
-    """A document whose visible generation or chunk fields changed; `now` None: no longer visible."""
+    """A document whose visible generation or chunk fields changed; `now` None: no longer visible.
+    `accept_short`: apply it with the chunks the store returns even when fewer than the registry
+    counts (the follower gave up waiting for the rest)."""
 
     tenant: str
     document_id: str
     now: DocumentView | None
+    accept_short: bool = False
+
+    @property
+    def key(self) -> str:
+        return document_key(self.tenant, self.document_id)
 
 
 class RegistryListener(Protocol):
@@ -67,22 +93,21 @@ class RegistryListener(Protocol):
         """One page of the start-up load."""
         ...
 
-    def load_finished(self) -> None:
-        """The start-up load is complete (the listener may now read what it needs of the documents)."""
+    def load_finished(self) -> Collection[str] | None:
+        """The start-up load is complete (the listener may now read what it needs of the documents);
+        returns the keys of the documents it could not load completely (None: all of them)."""
         ...
 
-    def documents_changed(self, changes: list[DocumentChange]) -> None: ...
-
-
-def chunk_fields(record: DocumentRecord) -> tuple:
-    """The document-level fields copied onto every chunk (filters on them run inside the index)."""
-    return (record.title, tuple(record.tags), tuple(sorted((str(k), str(v)) for k, v in record.metadata.items())))
+    def documents_changed(self, changes: list[DocumentChange]) -> Collection[str] | None:
+        """Applies the changes; returns the keys of those it could not apply (None: all applied).
+        Raising leaves every change of the batch to be tried again."""
+        ...
 
 
 def view_of(record: DocumentRecord) -> DocumentView | None:
-    if record.state != DocumentState.ACTIVE or not record.generation or record.deleting:
+    if not is_visible(record):
         return None
-    return DocumentView(record.tenant, record.document_id, record.generation, chunk_fields(record))
+    return DocumentView(record.tenant, record.document_id, record.generation, chunk_fields(record), record.chunk_count)
 
 
 class RegistryFollower:
@@ -91,18 +116,25 @@ class RegistryFollower:
         registry: DocumentRegistry,
         *,
         reconcile_interval_s: float = 60.0,
+        give_up_after_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._registry = registry
         self._reconcile_interval = reconcile_interval_s
+        self._give_up_after = give_up_after_s
         self._clock = clock
         self._wall_clock = wall_clock
         self._visible: dict[str, DocumentView] = {}
+        self._incoming: dict[str, DocumentView | None] = {}  # seen in the registry, not applied yet
+        self._lagging_since: dict[str, float] = {}  # key -> when its change first failed to apply
         self._listeners: list[RegistryListener] = []
         self._watermark = 0  # registry updated_at seen so far
         self._next_reconcile = float("inf")
+        self._reconcile_due = False
         self._lock = threading.Lock()  # one load/poll at a time; readers need no lock (dict reads)
+        self._start_incomplete = False
+        self.applied_through = 0.0  # registry writes before this wall time are applied (see the docstring)
         self.loaded = False
         self.polls = 0
 
@@ -113,36 +145,119 @@ class RegistryFollower:
     def listeners(self) -> tuple[RegistryListener, ...]:
         return tuple(self._listeners)
 
+    # ---- reads (any thread, no lock) ----------------------------------------------------------------
+
     def generations(self, keys: Iterable[str]) -> dict[str, str]:
         """The visible generation of each of these document keys that is visible."""
         visible = self._visible
         return {key: view.generation for key in keys if (view := visible.get(key)) is not None}
 
+    def accepted(self, keys: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """The generations a query may show of each key, oldest first: the visible one and, while a
+        change is incoming, the registry's newer one (see the module docstring)."""
+        visible, incoming = self._visible, self._incoming
+        found: dict[str, tuple[str, ...]] = {}
+        for key in keys:
+            view, newer = visible.get(key), incoming.get(key)
+            generations = tuple(v.generation for v in (view, newer) if v is not None)
+            if generations:
+                found[key] = tuple(dict.fromkeys(generations))
+        return found
+
+    def knows(self, key: str) -> bool:
+        """Whether the follower has seen the document (visible, or a change of it incoming)."""
+        return key in self._visible or key in self._incoming
+
+    def version_of(self, key: str) -> str:
+        """The version queries show of the document (ragrpc.consistency.document_version), "" for none."""
+        view = self._visible.get(key)
+        return view.version if view is not None else ""
+
+    def visible_generations(self) -> dict[str, str]:
+        return {key: view.generation for key, view in list(self._visible.items())}
+
+    @property
+    def lagging(self) -> int:
+        """Changes seen in the registry that the indexes could not apply yet."""
+        return len(self._incoming)
+
     @property
     def ready(self) -> bool:
-        return self.loaded
+        return self.loaded and not self._start_incomplete
 
     @property
     def document_count(self) -> int:
         return len(self._visible)
 
+    # ---- a snapshot of the view (query_service.index_snapshot) -----------------------------------
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No load or poll runs meanwhile: the view and the indexes stay as they are (a snapshot is
+        taken of both under it)."""
+        with self._lock:
+            yield
+
+    def export_state(self) -> tuple[dict[str, Any], int]:
+        """The view as JSON-serialisable data and the registry watermark it reflects (call it `paused`)."""
+        state = {
+            "visible": [_view_row(view) for view in self._visible.values()],
+            "incoming": [[key, _view_row(view) if view is not None else None] for key, view in self._incoming.items()],
+            "applied_through": self.applied_through,
+        }
+        return state, self._watermark
+
+    def restore(self, state: dict[str, Any], watermark: int) -> None:
+        """Starts from a snapshot's view instead of `load()`: the next polls follow the registry from
+        the watermark, the first one listing every key too (deletes the journal no longer has); the
+        follower is ready once a poll has applied everything since the snapshot."""
+        with self._lock:
+            self._visible = {view.key: view for view in map(_view_of_row, state["visible"])}
+            self._incoming = {key: _view_of_row(row) if row is not None else None for key, row in state["incoming"]}
+            self._lagging_since = dict.fromkeys(self._incoming, self._clock())
+            self._watermark = int(watermark)
+            self.applied_through = float(state.get("applied_through", 0.0))
+            self._reconcile_due = True
+            self._start_incomplete = True  # until a poll has caught up with the registry
+            self.loaded = True
+            self._schedule_reconcile(0.0)
+
+    # ---- load and poll (one at a time, off the event loop) -----------------------------------------
+
     def load(self) -> int:
         """Every visible document, page by page; listeners get each page as it arrives."""
         with self._lock:
-            started, wall = self._clock(), int(self._wall_clock())
+            started, wall = self._clock(), self._wall_clock()
             pages = seen = 0
+            loading: dict[str, DocumentView] = {}
             for page in self._registry.scan(_REGISTRY.eq(s.STATE, int(DocumentState.ACTIVE))):
                 views = [view for record in page if (view := view_of(record)) is not None]
-                self._visible.update((view.key, view) for view in views)
+                loading.update((view.key, view) for view in views)
                 seen = max([seen, *(record.updated_at for record in page)])
                 for listener in self._listeners:
                     listener.documents_loaded(views)
                 pages += 1
                 if pages % 10 == 0:
-                    logger.info("registry: %d documents loaded", len(self._visible))
-            self._advance_watermark(seen, wall)
+                    logger.info("registry: %d documents loaded", len(loading))
+            short: set[str] = set()
             for listener in self._listeners:
-                listener.load_finished()
+                short.update(listener.load_finished() or ())
+            for key, view in loading.items():
+                if key in short:
+                    self._incoming[key] = view
+                    self._lagging_since.setdefault(key, self._clock())
+                else:
+                    self._visible[key] = view
+            if short:
+                self._start_incomplete = True
+                logger.warning(
+                    "start-up load: %d document(s) not loaded completely (e.g. %s); NOT_SERVING until they are",
+                    len(short),
+                    ", ".join(sorted(short)[:5]),
+                )
+            else:
+                self.applied_through = max(self.applied_through, wall - _CLOCK_SLACK_S)
+            self._advance_watermark(seen, int(wall))
             self.loaded = True
             self._schedule_reconcile(self._clock() - started)
             return len(self._visible)
@@ -153,63 +268,119 @@ class RegistryFollower:
         self._watermark = max(self._watermark, min(seen, wall_at_start))
 
     def poll(self, *, reconcile: bool = False) -> int:
-        """Applies registry changes since the last poll; returns how many documents changed."""
+        """Applies registry changes since the last poll, and the incoming ones left from earlier
+        polls; returns how many documents changed."""
         with self._lock:
-            changes: list[DocumentChange] = []
-            wall, seen = int(self._wall_clock()), 0
+            if reconcile or self._clock() >= self._next_reconcile:
+                self._reconcile_due = True  # until a listing completes: a failed poll leaves it due
+            wall, seen = self._wall_clock(), 0
             since = max(0, self._watermark - _CLOCK_SLACK_S)
+            found: dict[str, DocumentView | None] = {}
             for page in self._registry.scan(_REGISTRY.gt(s.UPDATED_AT, since)):
                 for record in page:
                     seen = max(seen, record.updated_at)
-                    change = self._change(record.tenant, record.document_id, view_of(record))
-                    if change is not None:
-                        changes.append(change)
-            changes += self._deletions(since)
-            self._advance_watermark(seen, wall)
-            if reconcile or self._clock() >= self._next_reconcile:
-                changes += self._reconcile()
+                    found[record.key] = view_of(record)
+            found.update(self._deletions(since, found))
+            if self._reconcile_due:
+                found.update(self._reconcile())
+                self._reconcile_due = False
+            self._advance_watermark(seen, int(wall))
             self.polls += 1
-            if changes:
-                for listener in self._listeners:
-                    listener.documents_changed(changes)
-            return len(changes)
+            for key, view in found.items():  # what the registry says now, against what queries see
+                if self._visible.get(key) == view:
+                    self._incoming.pop(key, None)
+                    self._lagging_since.pop(key, None)
+                else:
+                    self._incoming[key] = view
+            applied = self._apply()
+            if not self._incoming:
+                self.applied_through = max(self.applied_through, wall - _CLOCK_SLACK_S)
+                self._start_incomplete = False
+            return applied
 
-    def _change(self, tenant: str, document_id: str, now: DocumentView | None) -> DocumentChange | None:
-        key = document_key(tenant, document_id)
-        before = self._visible.get(key)
-        if before == now:
-            return None
-        if now is None:
-            self._visible.pop(key, None)
-        else:
-            self._visible[key] = now
-        return DocumentChange(tenant, document_id, now)
+    def _apply(self) -> int:
+        """Hands the incoming changes to the listeners; those every listener applied become visible."""
+        if not self._incoming:
+            return 0
+        now = self._clock()
+        changes = [
+            DocumentChange(
+                *_split(key),
+                view,
+                accept_short=now - self._lagging_since.get(key, now) >= self._give_up_after,
+            )
+            for key, view in self._incoming.items()
+        ]
+        failed: set[str] = set()
+        for listener in self._listeners:
+            failed.update(listener.documents_changed(changes) or ())
+        for change in changes:
+            key = change.key
+            if key in failed:
+                self._lagging_since.setdefault(key, now)
+                continue
+            if change.accept_short and key in self._lagging_since:
+                logger.error(
+                    "document %s: applied after %.0fs with the chunks the store returned, fewer than the registry "
+                    "counts",
+                    key,
+                    now - self._lagging_since[key],
+                )
+            if change.now is None:
+                self._visible.pop(key, None)
+            else:
+                self._visible[key] = change.now
+            del self._incoming[key]
+            self._lagging_since.pop(key, None)
+        if failed:
+            logger.warning(
+                "%d registry change(s) not applied yet (e.g. %s): the previous versions stay visible; retrying",
+                len(failed),
+                ", ".join(sorted(failed)[:5]),
+            )
+        return len(changes) - len(failed)
 
-    def _deletions(self, since: int) -> list[DocumentChange]:
-        """Visible documents whose delete was journalled since `since` and whose row is still gone
+    def _deletions(self, since: int, found: dict[str, DocumentView | None]) -> dict[str, None]:
+        """Known documents whose delete was journalled since `since` and whose row is still gone
         (a key ingested again has a row again, which the registry changes already applied)."""
-        candidates = [key for page in self._registry.deleted_since(since) for key in page if key in self._visible]
+        candidates = [
+            key for page in self._registry.deleted_since(since) for key in page if key not in found and self.knows(key)
+        ]
         if not candidates:
-            return []
+            return {}
         back = self._registry.get_many(candidates)
-        changes = []
-        for key in candidates:
-            if key not in back:
-                view = self._visible[key]
-                change = self._change(view.tenant, view.document_id, None)
-                if change is not None:
-                    changes.append(change)
-        return changes
+        return {key: None for key in candidates if key not in back}
 
-    def _reconcile(self) -> list[DocumentChange]:
+    def _reconcile(self) -> dict[str, None]:
         started = self._clock()
         keys: set[str] = set()
         for page in self._registry.scan_keys(_REGISTRY.gte(s.STATE, 0)):
             keys.update(page)
-        gone = [view for key, view in list(self._visible.items()) if key not in keys]
-        changes = [c for view in gone if (c := self._change(view.tenant, view.document_id, None)) is not None]
+        known = set(self._visible) | {key for key, view in self._incoming.items() if view is not None}
         self._schedule_reconcile(self._clock() - started)
-        return changes
+        return {key: None for key in known if key not in keys}
 
     def _schedule_reconcile(self, took_s: float) -> None:
         self._next_reconcile = self._clock() + max(self._reconcile_interval, _RECONCILE_COST_FACTOR * took_s)
+
+
+def _view_row(view: DocumentView) -> list[Any]:
+    title, tags, metadata = view.fields
+    return [
+        view.tenant,
+        view.document_id,
+        view.generation,
+        [title, list(tags), [list(p) for p in metadata]],
+        view.chunk_count,
+    ]
+
+
+def _view_of_row(row: list[Any]) -> DocumentView:
+    tenant, document_id, generation, (title, tags, metadata), chunk_count = row
+    fields = (title, tuple(tags), tuple(tuple(pair) for pair in metadata))
+    return DocumentView(tenant, document_id, generation, fields, int(chunk_count))
+
+
+def _split(key: str) -> tuple[str, str]:
+    tenant, _, document_id = key.rpartition("/")
+    return tenant, document_id

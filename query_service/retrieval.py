@@ -1,7 +1,8 @@
 """The retrieval pipeline:
 
+analyse the question (the configured enrichers' query side, ragrpc.enrich: extra BM25 terms, implied filters)
 embed query -> dense top-N  |  sparse (BM25) top-N      (concurrently, off the event loop; the BM25 query
-                                                        adds the header forms of the fiscal periods named)
+                                                        adds the analysis' terms)
   -> visibility (only chunks of the documents' current generation)
   -> fuse (RRF or weighted; or one list alone) -> rerank (local cross-encoder or remote API, when configured;
      a failed rerank keeps the fused order and the summary says why)
@@ -14,24 +15,27 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 
+from query_service.consistency import ConsistencyGate
 from query_service.dense import StoreDenseRetriever
 from query_service.diversity import MmrDiversifier
 from query_service.fusion import RrfFusion, WeightedFusion
-from query_service.query_periods import sparse_query
+from query_service.registry_follower import RegistryFollower
 from query_service.rerank import Reranker, RerankUnavailableError
 from query_service.retrieval_types import RetrievalQuery, RetrievalResult, StageTimer
-from ragrpc import errors
+from ragrpc import deadlines, errors
+from ragrpc.consistency import is_visible
 from ragrpc.embeddings import Embedder
+from ragrpc.enrich import QueryAnalyser, QueryAnalysis
 from ragrpc.models import ChunkRecord, ScoredChunk, document_key
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
-from ragrpc.store.request_filter import filter_from_request
+from ragrpc.store.request_filter import filter_from_request, implied_conditions
 from ragrpc.tracing import NoopTracer, Tracer, in_current_context
 
 logger = logging.getLogger(__name__)
@@ -58,14 +62,18 @@ class DenseRetriever(Protocol):
 
 
 class Visibility(Protocol):
-    """Which generation of each document is visible (current, not being deleted)."""
+    """Which generations of each document a query may show: the visible one and, while a replacement
+    is being applied, the new one too (oldest first)."""
 
     @property
     def ready(self) -> bool:
         """False while the start-up load runs: queries are refused (UNAVAILABLE) until then."""
         ...
 
-    def generations(self, keys: Iterable[str]) -> dict[str, str]: ...
+    def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
+        """For the document keys of the hits (with the generations the hits carry), the generations a
+        query may show of each visible document."""
+        ...
 
 
 class RegistryVisibility:
@@ -78,18 +86,20 @@ class RegistryVisibility:
     def ready(self) -> bool:
         return True
 
-    def generations(self, keys: Iterable[str]) -> dict[str, str]:
-        records = self._registry.get_many(list(keys))
-        return {key: r.generation for key, r in records.items() if r.generation and not r.deleting}
+    def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
+        records = self._registry.get_many(list(seen))
+        return {key: (r.generation,) for key, r in records.items() if is_visible(r)}
 
 
 class FollowedVisibility:
-    """Visibility from the registry follower's memory; only documents it does not know yet (ingested
-    since its last poll, or never visible) are read from the registry, so a document is found by the
-    store's dense search as soon as its ingestion is acknowledged (by the in-process indexes after the
-    follower's next poll), and a query costs no store call once followed."""
+    """Visibility from the registry follower's memory. The registry is read (one grouped read by key)
+    only for hits the follower cannot place: documents it does not know yet (ingested since its last
+    poll) and generations it does not know of a known document (replaced since its last poll). So a
+    document is found by the store's dense search as soon as its ingestion or replacement is
+    acknowledged (by the in-process indexes after the follower's next poll), and a query costs no
+    store call once followed."""
 
-    def __init__(self, followed: Visibility, registry: DocumentRegistry) -> None:
+    def __init__(self, followed: RegistryFollower, registry: DocumentRegistry) -> None:
         self._followed = followed
         self._registry = RegistryVisibility(registry)
 
@@ -97,12 +107,17 @@ class FollowedVisibility:
     def ready(self) -> bool:
         return self._followed.ready
 
-    def generations(self, keys: Iterable[str]) -> dict[str, str]:
-        wanted = list(keys)
-        known = self._followed.generations(wanted)
-        unknown = [key for key in wanted if key not in known]
-        if unknown:
-            known.update(self._registry.generations(unknown))
+    def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
+        known = self._followed.accepted(seen)
+        unplaced = {
+            key: generations
+            for key, generations in seen.items()
+            if not set(generations) <= set(known.get(key, ()))
+            and (key in known or not self._followed.knows(key))
+        }
+        if unplaced:
+            for key, (generation,) in self._registry.accepted(unplaced).items():
+                known[key] = tuple(dict.fromkeys((*known.get(key, ()), generation)))
         return known
 
 
@@ -120,8 +135,15 @@ class RetrievalPipeline:
         rerank_top_n: int = 30,
         clock: Callable[[], float] = time.perf_counter,
         tracer: Tracer | None = None,
+        query_analyser: QueryAnalyser | None = None,
+        consistency: ConsistencyGate | None = None,
+        embed_executor: Executor | None = None,
     ) -> None:
+        self._consistency = consistency  # read your writes (None: tokens are not waited for)
+        # query embedding runs apart from the search threads (`executor`)
+        self._embed_executor = embed_executor or ThreadPoolExecutor(max_workers=2, thread_name_prefix="query-embed")
         self._tracer = tracer or NoopTracer()  # stage spans: embed_query, dense, sparse, fuse, rerank
+        self._analyser = query_analyser  # question-level knowledge (ragrpc.enrich; RAGRPC_ENRICHERS); None: none
         self._embedder = embedder
         self._chunks = chunks
         # the store's own vector search unless another retriever is given (query_service.dense)
@@ -132,6 +154,21 @@ class RetrievalPipeline:
         self._executor = executor
         self._rerank_top_n = rerank_top_n
         self._clock = clock
+
+    async def _embed_query(self, text: str) -> np.ndarray:
+        """The query's vector, in the query-embedding threads (a slow or hung embeddings endpoint never
+        holds up the searches of other calls), within the call's deadline."""
+        left = deadlines.time_left_s()
+        work = asyncio.get_running_loop().run_in_executor(
+            self._embed_executor, in_current_context(self._embedder.embed_query), text
+        )
+        try:
+            return await asyncio.wait_for(work, timeout=None if left is None else max(0.0, left))  # type: ignore[no-any-return]
+        except TimeoutError:
+            raise errors.DeadlineError(
+                "embedding the query did not finish within the call's deadline; retry, or give the call more time",
+                reason="QUERY_EMBEDDING_TIMEOUT",
+            ) from None
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         # in the caller's context (the current span, the deadline) in the executor thread
@@ -146,6 +183,11 @@ class RetrievalPipeline:
             )
         timer = StageTimer()
         started = self._clock()
+        if query.consistency is not None and self._consistency is not None:
+            with timer.stage("consistency_wait"):
+                await self._consistency.wait(query.consistency)
+        analysis = self._analyser.analyse(query.text) if self._analyser is not None else QueryAnalysis()
+        fields = self._chunks.metadata_fields
         expr = filter_from_request(
             query.tenant,
             query.collection,
@@ -155,12 +197,13 @@ class RetrievalPipeline:
             query.tags,
             query.time_after,
             query.time_before,
-            facts=query.facts,
+            metadata=[*query.metadata, *implied_conditions(analysis.filters, query.metadata, fields)],
+            fields=fields,
         )
         if query.mode in ("hybrid", "sparse") and self._sparse is None:
             if query.mode == "sparse":
                 raise errors.PreconditionError("sparse retrieval is disabled on this server (RAGRPC_SPARSE_BACKEND)")
-        dense, sparse = await self._candidates(query, expr, timer)
+        dense, sparse = await self._candidates(query, expr, timer, analysis.sparse_terms)
         with timer.stage("visibility"):
             dense, sparse = await self._visible(dense, sparse)
         with timer.stage("fuse"), self._tracer.span("fuse", dense_in=len(dense), sparse_in=len(sparse)) as span:
@@ -194,7 +237,7 @@ class RetrievalPipeline:
         )
 
     async def _candidates(
-        self, query: RetrievalQuery, expr: FilterExpr, timer: StageTimer
+        self, query: RetrievalQuery, expr: FilterExpr, timer: StageTimer, sparse_terms: tuple[str, ...] = ()
     ) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
         async def dense() -> list[ScoredChunk]:
             if query.mode == "sparse":
@@ -203,7 +246,7 @@ class RetrievalPipeline:
                 timer.stage("embed_query"),
                 self._tracer.span("embed_query", **_embed_attributes(self._embedder, query)),
             ):
-                vector = await self._run(self._embedder.embed_query, query.text)
+                vector = await self._embed_query(query.text)
             with (
                 timer.stage("dense_search"),  # ids and visibility fields only: rows are read for the final hits
                 self._tracer.span(
@@ -225,11 +268,11 @@ class RetrievalPipeline:
                     "sparse", backend=self._sparse.name, requested=query.candidates, query_words=len(query.text.split())
                 ) as span,
             ):
-                text = sparse_query(query.text)  # with the header forms of the fiscal periods it names
+                text = f"{query.text} {' '.join(sparse_terms)}" if sparse_terms else query.text  # the analysis' terms
                 hits = await self._run(
                     self._sparse.search, text, query.tenant, expr, query.candidates, query.document_ids or None
                 )
-                span.set(hits=len(hits), period_terms=len(text) > len(query.text) or None)
+                span.set(hits=len(hits), added_terms=len(sparse_terms) or None)
                 return hits
 
         dense_hits, sparse_hits = await asyncio.gather(dense(), sparse())
@@ -238,14 +281,26 @@ class RetrievalPipeline:
     async def _visible(
         self, dense: list[ScoredChunk], sparse: list[ScoredChunk]
     ) -> tuple[list[ScoredChunk], list[ScoredChunk]]:
-        """Drops chunks of superseded or unfinished ingestion attempts and deleted documents."""
-        keys = sorted({document_key(h.chunk.tenant, h.chunk.document_id) for h in (*dense, *sparse)})
-        if not keys:
+        """Drops chunks of superseded or unfinished ingestion attempts and deleted documents. While a
+        document's replacement is being applied, hits of either version are kept, but of one
+        document only the newest version among the hits (never a mix, never neither)."""
+        seen: dict[str, set[str]] = {}
+        for hit in (*dense, *sparse):
+            seen.setdefault(document_key(hit.chunk.tenant, hit.chunk.document_id), set()).add(hit.chunk.generation)
+        if not seen:
             return dense, sparse
-        current = await self._run(self._visibility.generations, keys)
+        accepted = await self._run(self._visibility.accepted, seen)
+        shown: dict[str, str] = {}
+        for hit in (*dense, *sparse):
+            key = document_key(hit.chunk.tenant, hit.chunk.document_id)
+            generations = accepted.get(key, ())
+            if hit.chunk.generation in generations:
+                best = shown.get(key)
+                if best is None or generations.index(hit.chunk.generation) > generations.index(best):
+                    shown[key] = hit.chunk.generation
 
         def keep(hit: ScoredChunk) -> bool:
-            return current.get(document_key(hit.chunk.tenant, hit.chunk.document_id)) == hit.chunk.generation
+            return shown.get(document_key(hit.chunk.tenant, hit.chunk.document_id)) == hit.chunk.generation
 
         return [h for h in dense if keep(h)], [h for h in sparse if keep(h)]
 

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ragrpc.consistency import ConsistencyToken
 from ragrpc.models import ScoredChunk
+from ragrpc.store.request_filter import MetadataCondition
 
 
 @dataclass
@@ -34,8 +36,9 @@ class RetrievalQuery:
     tags: list[str] = field(default_factory=list)
     time_after: int | None = None
     time_before: int | None = None
-    # metadata facts of filings: organization / document_type / fiscal_period -> accepted values
-    facts: dict[str, list[str]] = field(default_factory=dict)
+    # exact matches on metadata keys the collection declares (MetadataFilter.metadata and its deprecated fields)
+    metadata: list[MetadataCondition] = field(default_factory=list)
+    consistency: ConsistencyToken | None = None  # read your writes: answer once this write is reflected
 
 
 @dataclass

@@ -14,6 +14,7 @@ from query_service.generation.base import RetractionEvent, TokenEvent
 from query_service.retrieval import RetrievalPipeline
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc import errors
+from ragrpc.consistency import ConsistencyToken
 from ragrpc.request_context import current_tenant
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 
@@ -59,7 +60,9 @@ class RetrieveServicer(retrieve_pb2_grpc.RetrieveServiceServicer):
         self._answers = answers
         self._limits = limits
 
-    def _query(self, text: str, options: retrieve_pb2.RetrievalOptions, default_top_k: int) -> RetrievalQuery:
+    def _query(
+        self, text: str, options: retrieve_pb2.RetrievalOptions, default_top_k: int, consistency_token: str = ""
+    ) -> RetrievalQuery:
         query = convert.retrieval_query(
             text,
             options,
@@ -70,12 +73,16 @@ class RetrieveServicer(retrieve_pb2_grpc.RetrieveServiceServicer):
             default_weights=self._limits.default_weights,
         )
         self._limits.check(query)
+        if consistency_token:
+            query.consistency = ConsistencyToken.decode(consistency_token)
         return query
 
     async def Retrieve(
         self, request: retrieve_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retrieve_pb2.RetrieveResponse]:
-        result = await self._retrieval.retrieve(self._query(request.query, request.options, 10))
+        result = await self._retrieval.retrieve(
+            self._query(request.query, request.options, 10, request.consistency_token)
+        )
         for rank, hit in enumerate(result.hits, start=1):
             yield retrieve_pb2.RetrieveResponse(chunk=convert.scored_chunk_to_pb(hit, rank, result.score_kind))
         yield retrieve_pb2.RetrieveResponse(summary=convert.summary_to_pb(result))
@@ -83,7 +90,7 @@ class RetrieveServicer(retrieve_pb2_grpc.RetrieveServiceServicer):
     async def Ask(
         self, request: retrieve_pb2.AskRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retrieve_pb2.AskResponse]:
-        query = convert.ask_query(request, self._query(request.query, request.options, 5))
+        query = convert.ask_query(request, self._query(request.query, request.options, 5, request.consistency_token))
         async with aclosing(self._answers.ask(query)) as events:
             async for event in events:
                 if isinstance(event, SourcesReady):

@@ -1,8 +1,9 @@
 """Prometheus metrics of both services, on a registry each `Metrics` owns.
 
 `MetricsInterceptor` counts every RPC (unary and streaming) with its final status code and
-latency; health and reflection calls are not counted. The pipelines record their own
-measurements through the named metrics (`ingest_stage_seconds`, `chunks_written`, ...).
+latency; health and reflection calls are not counted. The pipelines know nothing of metrics:
+they report events to an observer, and `IngestMetricsObserver` / `AnswerMetricsObserver` turn
+those events into the named measurements (`ingest_stage_seconds`, `chunks_written`, ...).
 `serve_metrics` exposes the registry over HTTP for Prometheus to scrape.
 
 Metric names carry the `ragrpc_` namespace: `ragrpc_rpc_requests_total{service,method,code}`,
@@ -19,7 +20,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from threading import Thread
+from threading import Lock, Thread
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -58,6 +59,18 @@ class Metrics:
             **common,
         )
         self.ingest_queue_depth = Gauge("ingest_queue_depth", "Documents waiting to be ingested", **common)
+        self.enricher_failures = Counter(
+            "enricher_failures",
+            "Calls of an enricher that failed (its contribution left out; the document ingested, the question asked)",
+            ("enricher",),
+            **common,
+        )
+        self.index_lagging_documents = Gauge(
+            "index_lagging_documents",
+            "Query service: registry changes its in-process indexes could not apply yet (the previous versions "
+            "stay visible; retried every poll)",
+            **common,
+        )
         self.chunks_written = Counter("chunks_written", "Chunks written to the store", **common)
         self.tokens_generated = Counter("tokens_generated", "Answer tokens streamed, by model", ("model",), **common)
         self.time_to_first_token = Histogram(
@@ -83,6 +96,45 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
         return generate_latest(self.registry)
+
+
+class IngestMetricsObserver:
+    """Receives every ProgressEvent of the ingest pipeline: times each stage of each document,
+    counts final states and written chunks."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._current: dict[str, tuple[str, float]] = {}  # document id -> (stage, started)
+        self._lock = Lock()
+
+    def __call__(self, event: Any) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            previous = self._current.get(event.document_id)
+            if previous is not None and previous[0] != event.stage:
+                self._metrics.ingest_stage.labels(previous[0]).observe(now - previous[1])
+            if event.stage == "done":
+                self._current.pop(event.document_id, None)
+            elif previous is None or previous[0] != event.stage:
+                self._current[event.document_id] = (event.stage, now)
+        if event.stage == "done":
+            self._metrics.documents.labels(event.state.name).inc()
+            if event.state.name == "ACTIVE" and not event.unchanged:
+                self._metrics.chunks_written.inc(event.chunks_embedded)
+
+
+class AnswerMetricsObserver:
+    """Receives each finished answer: tokens generated per model and time to first token."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def __call__(self, finished: Any) -> None:
+        self._metrics.tokens_generated.labels(finished.model).inc(finished.completion_tokens)
+        ttft = dict(finished.timings).get("time_to_first_token")
+        if ttft is not None:
+            self._metrics.time_to_first_token.observe(ttft / 1000.0)
+
 
 
 def split_method(full_method: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ragrpc import errors
+from ragrpc import deadlines, errors
 from ragrpc.config import BUNDLED_MODEL, Settings
 from ragrpc.tokens import SUPPORTED_ENCODINGS, HfTokenCounter, TiktokenCounter, TokenCounter
 
@@ -148,7 +148,16 @@ class OpenAiEmbedder:
         return np.vstack(parts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_documents([self._query_instruction + text])[0]
+        """One request, bounded by the current call's deadline (ragrpc.deadlines) when there is one:
+        its HTTP timeout is the time left, and it is not retried past it."""
+        left = deadlines.time_left_s()
+        if left is None:
+            return self.embed_documents([self._query_instruction + text])[0]
+        if left <= 0:
+            raise errors.DeadlineError("no time was left to embed the query", reason="QUERY_EMBEDDING_TIMEOUT")
+        timeout = min(self._timeout_s, left)
+        retries = self._max_retries if left > 2 * self._timeout_s else 0
+        return self._request([self._query_instruction + text], timeout_s=timeout, max_retries=retries)[0]
 
     def _get_client(self) -> Any:
         with self._client_lock:
@@ -163,15 +172,23 @@ class OpenAiEmbedder:
                 )
             return self._client
 
-    def _request(self, texts: list[str]) -> np.ndarray:
+    def _request(
+        self, texts: list[str], *, timeout_s: float | None = None, max_retries: int | None = None
+    ) -> np.ndarray:
         import openai
 
         # The API refuses an empty string as input; a space embeds the same nothing.
         body: dict[str, Any] = {"model": self._model, "input": [t or " " for t in texts], "encoding_format": "float"}
         if self._requested_dimensions:
             body["dimensions"] = self._requested_dimensions
+        client = self._get_client()
+        if timeout_s is not None or max_retries is not None:
+            client = client.with_options(
+                timeout=self._timeout_s if timeout_s is None else timeout_s,
+                max_retries=self._max_retries if max_retries is None else max_retries,
+            )
         try:
-            response = self._get_client().embeddings.create(**body)
+            response = client.embeddings.create(**body)
         except openai.APIError as err:
             raise self._failure(err) from err
         return self._vectors(response, len(texts))

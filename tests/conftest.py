@@ -40,6 +40,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def cli_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own state directory of the `ragrpc` CLI (its read-your-writes token), so that one
+    test's writes are never waited for by another's searches."""
+    state = tmp_path_factory.mktemp("cli-state")
+    monkeypatch.setenv("RAGRPC_CLI_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture
 def settings() -> Settings:
     return dataclasses.replace(

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ragrpc import errors
 from ragrpc.security import is_loopback
-from ragrpc.store.failures import Failure, classify, is_answer_too_large, is_unavailable
+from ragrpc.store.failures import Failure, classify, is_unavailable
 from ragrpc.store.group_commit import WriteGroups
 from ragrpc.store.read_groups import ReadGroups
 
@@ -38,21 +38,57 @@ def _looks_released(exc: BaseException) -> bool:
     return classify(exc) is Failure.RELEASED or any(hint in f"{exc}".lower() for hint in _RELEASED_HINTS)
 
 
+_WRITES = frozenset({"insert", "upsert", "insert_chunks", "upsert_chunks", "put", "put_job", "write_lease"})
+_COLLECTION_MISSING = 100  # Milvus' CollectionNotFound
+
+
 def translate_exception(exc: Exception, operation: str) -> errors.RagrpcError:
-    """The ragrpc error for a Milvus failure: UnavailableError (connection) or InternalError."""
+    """The ragrpc error for a Milvus failure, by its class (ragrpc.store.failures). The caller's
+    message names no internal object (collection, filter expression, client type): the full store
+    error goes to the service log, with the operation, under this module's logger.
+
+        UNAVAILABLE / RELEASED   UnavailableError    retriable: the store is down, slow or loading
+        TOO_LARGE                InternalError       a message over the store's limit (the service pages)
+        REFUSED, a write         InvalidInputError   the store refused the data it was given
+        REFUSED, collection gone PreconditionError   the collection was dropped: restart the writer
+        REFUSED, otherwise       InternalError       the store refused a call the service made
+    """
     if isinstance(exc, errors.RagrpcError):
         return exc
-    if is_unavailable(exc):
+    failure = classify(exc)
+    logger.warning("vector store call %s failed (%s): %s", operation, failure.value, exc)
+    if failure in (Failure.UNAVAILABLE, Failure.RELEASED):
         return errors.UnavailableError(
-            f"the vector store is unavailable ({type(exc).__name__}); retry shortly",
+            "the vector store is unavailable or did not answer in time; retry shortly",
             retry_after_s=2.0,
             reason="STORE_UNAVAILABLE",
         )
-    if is_answer_too_large(exc):
+    if failure is Failure.TOO_LARGE:
         return errors.InternalError(
-            f"vector store call {operation} failed: its answer is over the store's message limit ({exc})"
+            f"a message of the vector store's {operation} call was over the store's message limit; "
+            "the service log has the details",
+            reason="STORE_MESSAGE_TOO_LARGE",
         )
-    return errors.InternalError(f"vector store call {operation} failed: {exc}")
+    code = getattr(exc, "code", None)
+    if code == _COLLECTION_MISSING:
+        return errors.PreconditionError(
+            "the collection is missing from the vector store (was it dropped?); restart the ingest service to "
+            "create it, then ingest the documents again",
+            reason="STORE_COLLECTION_MISSING",
+        )
+    if operation in _WRITES:
+        return errors.InvalidInputError(
+            "the vector store refused the data of this request (a value over a field's limit or of the wrong "
+            f"type; store error code {code}); the service log has the details",
+            reason="STORE_REFUSED_DATA",
+            metadata={"store_code": str(code)},
+        )
+    return errors.InternalError(
+        f"the vector store refused the service's {operation} call (store error code {code}); "
+        "the service log has the details",
+        reason="STORE_REFUSED",
+        metadata={"store_code": str(code)},
+    )
 
 
 def translate_errors(fn: Callable[..., T]) -> Callable[..., T]:

@@ -59,7 +59,7 @@ def record_to_row(record: DocumentRecord) -> dict[str, Any]:
         s.COLLECTION: record.collection,
         s.DOCUMENT_ID: record.document_id,
         s.CONTENT_HASH: record.content_hash,
-        s.SOURCE: record.source[: s.VARCHAR_LIMITS[s.SOURCE]],
+        s.SOURCE: s.clip_utf8(record.source, s.VARCHAR_LIMITS[s.SOURCE]),
         s.GENERATION: record.generation,
         s.PENDING_GENERATION: record.pending_generation,
         s.STATE: int(record.state),

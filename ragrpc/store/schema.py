@@ -39,13 +39,13 @@ TAGS = "tags"  # ARRAY<VARCHAR> (filtered with array_contains_any)
 DOC_DATE = "doc_date"  # INT64 unix seconds of the document's own date, 0 unknown
 CREATED_AT = "created_at"  # INT64 unix seconds of ingestion
 METADATA = "metadata"  # JSON, not filterable (kept out of hot filters)
-
-# Keys of the METADATA JSON a query may filter on (`metadata["key"] in [...]`): the facts the ingest
-# service finds in filings and reports (ingest_service.filing_facts; ragrpc.context_header.FACT_KEYS).
-FILTERABLE_METADATA_KEYS = ("organization", "ticker", "document_type", "fiscal_period")
-MAX_METADATA_VALUE_CHARS = 4096
+# VARCHAR per metadata key the collection declares filterable ("meta_<key>"; ragrpc.store.metadata_fields)
+METADATA_FIELD_PREFIX = "meta_"
+MAX_METADATA_VALUE_CHARS = 4096  # a metadata value (in the METADATA JSON)
 
 SECTION_SEPARATOR = " > "
+
+
 MAX_TAGS = 32
 MAX_TAG_LENGTH = 128
 
@@ -131,6 +131,9 @@ REGISTRY_FILTERABLE_FIELDS: dict[str, type] = {
     UPDATED_AT: int,
 }
 
+# VARCHAR limits in UTF-8 bytes, as a Milvus server counts them (milvus-lite counts characters): a
+# value of 400 CJK characters is 1,200 bytes. Values the service derives are cut to fit (clip_utf8);
+# values a caller gives are checked first (INVALID_ARGUMENT naming the field and its byte limit).
 VARCHAR_LIMITS = {
     CHUNK_ID: 64,
     TENANT: 64,
@@ -150,3 +153,19 @@ VARCHAR_LIMITS = {
     ERROR: 4096,
     PENDING_GENERATION: 64,
 }
+
+
+def utf8_length(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def clip_utf8(value: str, limit: int) -> str:
+    """`value` cut to at most `limit` UTF-8 bytes, on a character boundary."""
+    if len(value) * 4 <= limit or utf8_length(value) <= limit:
+        return value
+    return value.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+
+
+def metadata_field(key: str) -> str:
+    """The scalar field (and in-process attribute) of a declared metadata key: "department" -> "meta_department"."""
+    return METADATA_FIELD_PREFIX + key

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ragrpc import errors
 from ragrpc.models import (
     ChunkRecord,
     DocumentRecord,
@@ -30,6 +29,7 @@ from ragrpc.store import schema as s
 from ragrpc.store.base import DocumentRegistry
 from ragrpc.store.bm25_text import Bm25Text, stored_terms
 from ragrpc.store.filters import FilterBuilder, FilterExpr
+from ragrpc.store.metadata_fields import MetadataFields
 from ragrpc.store.milvus_chunks import chunk_to_row, hit_to_chunk
 from ragrpc.store.milvus_registry import record_to_row
 from ragrpc.store.model_record import EmbeddingIdentity, ensure_recorded
@@ -39,14 +39,26 @@ _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 
 
 def _check_lengths(row: dict, what: str) -> None:
-    """Milvus refuses a VARCHAR value longer than the field's max_length (in characters)."""
-    for name, limit in s.VARCHAR_LIMITS.items():
+    """A Milvus server refuses a VARCHAR value (or a tag of the VARCHAR array) longer than the field's
+    max_length in UTF-8 bytes: the whole write fails, nothing of it stored, and the adapters report the
+    refusal (translate_exception) - the same here."""
+    for name, limit in (*s.VARCHAR_LIMITS.items(), (s.TAGS, s.MAX_TAG_LENGTH)):
         value = row.get(name)
-        if isinstance(value, str) and len(value) > limit:
-            raise errors.InternalError(
-                f"vector store call {what} failed: VARCHAR field {name!r} value length {len(value)} "
-                f"exceeds max_length={limit}"
-            )
+        values = value if isinstance(value, list) else [value]
+        for one in values:
+            if isinstance(one, str) and s.utf8_length(one) > limit:
+                from pymilvus.exceptions import MilvusException
+
+                from ragrpc.store.milvus_connection import translate_exception
+
+                raise translate_exception(
+                    MilvusException(
+                        code=1100,
+                        message=f"the length ({s.utf8_length(one)}) of varchar field ({name}) exceeds max length "
+                        f"({limit})",
+                    ),
+                    what,
+                )
 
 
 def _pages(items: list, page_size: int) -> Iterator[list]:
@@ -64,8 +76,11 @@ class InMemoryChunkStore:
         upsert_keeps_partitions: bool = True,
         page_size: int = DEFAULT_PAGE_SIZE,
         bm25_text: Bm25Text | None = None,
+        metadata_fields: MetadataFields | None = None,
     ) -> None:
         self._rows: dict[str, ChunkRecord] = {}
+        # the metadata keys this "collection" filters on, each a field of its rows (ragrpc.store.metadata_fields)
+        self._metadata_fields = metadata_fields or MetadataFields()
         self._bm25_text = bm25_text
         self._terms: dict[str, str] = {}  # chunk id -> its `bm25_text` field (with bm25_text)
         self._lock = threading.Lock()
@@ -90,12 +105,16 @@ class InMemoryChunkStore:
     def upsert_keeps_partitions(self) -> bool:
         return self._upsert_ok
 
+    @property
+    def metadata_fields(self) -> MetadataFields:
+        return self._metadata_fields
+
     def insert_chunks(self, chunks: list[ChunkRecord]) -> None:
         if self.fail_next_insert is not None:
             error, self.fail_next_insert = self.fail_next_insert, None
             raise error
         for chunk in chunks:
-            _check_lengths(chunk_to_row(chunk), "insert")
+            _check_lengths(chunk_to_row(chunk, self._metadata_fields), "insert_chunks")
         terms = [self._bm25_text.document(c) for c in chunks] if self._bm25_text is not None else []
         with self._lock:
             for number, chunk in enumerate(chunks):
@@ -109,7 +128,7 @@ class InMemoryChunkStore:
 
     def _matching(self, expr: FilterExpr) -> list[ChunkRecord]:
         with self._lock:
-            return [c for c in self._rows.values() if expr.matches(chunk_to_row(c))]
+            return [c for c in self._rows.values() if expr.matches(chunk_to_row(c, self._metadata_fields))]
 
     def delete_chunks(self, expr: FilterExpr) -> int:
         doomed = self._matching(expr)
@@ -214,7 +233,7 @@ class InMemoryDocumentRegistry:
 
     def put(self, record: DocumentRecord) -> None:
         record.updated_at = int(time.time())
-        _check_lengths(record_to_row(record), "upsert")
+        _check_lengths(record_to_row(record), "put")
         with self._lock:
             self._docs[record.key] = copy.deepcopy(record)
 

@@ -170,12 +170,14 @@ class UploadDocumentRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[DocumentSpec, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class UploadDocumentResponse(_message.Message):
-    __slots__ = ("document", "unchanged")
+    __slots__ = ("document", "unchanged", "consistency_token")
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     document: Document
     unchanged: bool
-    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., unchanged: _Optional[bool] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., unchanged: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class InlineDocument(_message.Message):
     __slots__ = ("spec", "content")
@@ -216,18 +218,20 @@ class DocumentProgress(_message.Message):
     def __init__(self, index: _Optional[int] = ..., document_id: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., state: _Optional[_Union[DocumentState, str]] = ..., chunk_count: _Optional[int] = ..., chunks_embedded: _Optional[int] = ..., error_message: _Optional[str] = ..., unchanged: _Optional[bool] = ..., error_code: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class IngestSummary(_message.Message):
-    __slots__ = ("succeeded", "failed", "unchanged", "chunks_written", "elapsed_seconds")
+    __slots__ = ("succeeded", "failed", "unchanged", "chunks_written", "elapsed_seconds", "consistency_token")
     SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     succeeded: int
     failed: int
     unchanged: int
     chunks_written: int
     elapsed_seconds: float
-    def __init__(self, succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., unchanged: _Optional[int] = ..., chunks_written: _Optional[int] = ..., elapsed_seconds: _Optional[float] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., unchanged: _Optional[int] = ..., chunks_written: _Optional[int] = ..., elapsed_seconds: _Optional[float] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class IngestDocumentsResponse(_message.Message):
     __slots__ = ("job_id", "progress", "summary")
@@ -246,10 +250,12 @@ class GetDocumentRequest(_message.Message):
     def __init__(self, document_id: _Optional[str] = ...) -> None: ...
 
 class GetDocumentResponse(_message.Message):
-    __slots__ = ("document",)
+    __slots__ = ("document", "consistency_token")
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     document: Document
-    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListDocumentsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "state", "source", "collection")
@@ -282,10 +288,12 @@ class UpdateDocumentRequest(_message.Message):
     def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
 class UpdateDocumentResponse(_message.Message):
-    __slots__ = ("document",)
+    __slots__ = ("document", "consistency_token")
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     document: Document
-    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, document: _Optional[_Union[Document, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class DeleteDocumentRequest(_message.Message):
     __slots__ = ("document_id",)
@@ -294,10 +302,12 @@ class DeleteDocumentRequest(_message.Message):
     def __init__(self, document_id: _Optional[str] = ...) -> None: ...
 
 class DeleteDocumentResponse(_message.Message):
-    __slots__ = ("chunks_deleted",)
+    __slots__ = ("chunks_deleted", "consistency_token")
     CHUNKS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     chunks_deleted: int
-    def __init__(self, chunks_deleted: _Optional[int] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, chunks_deleted: _Optional[int] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class GetIngestJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -26,47 +26,61 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from ragrpc.v1 import common_pb2 as ragrpc_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragrpc/v1/retrieve.proto\x12\tragrpc.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ragrpc/v1/common.proto\"\xa5\x02\n\x0eMetadataFilter\x12\x14\n\x0c\x64ocument_ids\x18\x01 \x03(\t\x12\x0f\n\x07sources\x18\x02 \x03(\t\x12\x13\n\x0bmedia_types\x18\x03 \x03(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12\x37\n\x13\x64ocument_time_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x14\x64ocument_time_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rorganizations\x18\x07 \x03(\t\x12\x16\n\x0e\x64ocument_types\x18\x08 \x03(\t\x12\x16\n\x0e\x66iscal_periods\x18\t \x03(\t\x12\x0f\n\x07tickers\x18\n \x03(\t\"\xb4\x03\n\x10RetrievalOptions\x12\r\n\x05top_k\x18\x01 \x01(\x05\x12&\n\x04mode\x18\x02 \x01(\x0e\x32\x18.ragrpc.v1.RetrievalMode\x12\'\n\x06\x66usion\x18\x03 \x01(\x0e\x32\x17.ragrpc.v1.FusionMethod\x12\x12\n\ncandidates\x18\x04 \x01(\x05\x12\r\n\x05rrf_k\x18\x05 \x01(\x05\x12\x19\n\x0c\x64\x65nse_weight\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rsparse_weight\x18\x07 \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x06rerank\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12\x17\n\nmmr_lambda\x18\t \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tmin_score\x18\n \x01(\x01H\x04\x88\x01\x01\x12\x16\n\x0einclude_parent\x18\x0b \x01(\x08\x12)\n\x06\x66ilter\x18\x0c \x01(\x0b\x32\x19.ragrpc.v1.MetadataFilter\x12\x12\n\ncollection\x18\r \x01(\tB\x0f\n\r_dense_weightB\x10\n\x0e_sparse_weightB\t\n\x07_rerankB\r\n\x0b_mmr_lambdaB\x0c\n\n_min_score\"N\n\x0fRetrieveRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12,\n\x07options\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalOptions\"\xcb\x01\n\x10RetrievalSummary\x12\'\n\x07timings\x18\x01 \x03(\x0b\x32\x16.ragrpc.v1.StageTiming\x12\x10\n\x08returned\x18\x02 \x01(\x05\x12\x18\n\x10\x64\x65nse_candidates\x18\x03 \x01(\x05\x12\x19\n\x11sparse_candidates\x18\x04 \x01(\x05\x12\x10\n\x08reranked\x18\x05 \x01(\x08\x12\x1d\n\x15rerank_skipped_reason\x18\x06 \x01(\t\x12\x16\n\x0esparse_backend\x18\x07 \x01(\t\"u\n\x10RetrieveResponse\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x16.ragrpc.v1.ScoredChunkH\x00\x12.\n\x07summary\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalSummaryH\x00\x42\x08\n\x06result\"\x94\x01\n\x10\x43onversationTurn\x12.\n\x04role\x18\x01 \x01(\x0e\x32 .ragrpc.v1.ConversationTurn.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\"\xe4\x01\n\nAskRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12,\n\x07options\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalOptions\x12\x10\n\x08template\x18\x03 \x01(\t\x12,\n\x07history\x18\x04 \x03(\x0b\x32\x1b.ragrpc.v1.ConversationTurn\x12\x19\n\x11max_answer_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x05\x12\x18\n\x0btemperature\x18\x07 \x01(\x01H\x00\x88\x01\x01\x42\x0e\n\x0c_temperature\"\x1a\n\nTokenDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"+\n\nRetraction\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x81\x01\n\x08\x43itation\x12\x15\n\rsource_number\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x10\n\x08\x63hunk_id\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x14\n\x0c\x61nswer_start\x18\x05 \x01(\x05\x12\x12\n\nanswer_end\x18\x06 \x01(\x05\">\n\nTokenUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xd8\x01\n\x08\x41skFinal\x12.\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x17.ragrpc.v1.FinishReason\x12\r\n\x05model\x18\x02 \x01(\t\x12$\n\x05usage\x18\x03 \x01(\x0b\x32\x15.ragrpc.v1.TokenUsage\x12\'\n\x07timings\x18\x04 \x03(\x0b\x32\x16.ragrpc.v1.StageTiming\x12\x0e\n\x06\x61nswer\x18\x05 \x01(\t\x12.\n\tretrieval\x18\x06 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalSummary\"\xe4\x01\n\x0b\x41skResponse\x12(\n\x06source\x18\x01 \x01(\x0b\x32\x16.ragrpc.v1.ScoredChunkH\x00\x12&\n\x05token\x18\x02 \x01(\x0b\x32\x15.ragrpc.v1.TokenDeltaH\x00\x12+\n\nretraction\x18\x03 \x01(\x0b\x32\x15.ragrpc.v1.RetractionH\x00\x12\'\n\x08\x63itation\x18\x04 \x01(\x0b\x32\x13.ragrpc.v1.CitationH\x00\x12$\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x13.ragrpc.v1.AskFinalH\x00\x42\x07\n\x05\x65vent*\x7f\n\rRetrievalMode\x12\x1e\n\x1aRETRIEVAL_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15RETRIEVAL_MODE_HYBRID\x10\x01\x12\x18\n\x14RETRIEVAL_MODE_DENSE\x10\x02\x12\x19\n\x15RETRIEVAL_MODE_SPARSE\x10\x03*`\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02*}\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_NO_SOURCES\x10\x03\x32\x90\x01\n\x0fRetrieveService\x12\x45\n\x08Retrieve\x12\x1a.ragrpc.v1.RetrieveRequest\x1a\x1b.ragrpc.v1.RetrieveResponse0\x01\x12\x36\n\x03\x41sk\x12\x15.ragrpc.v1.AskRequest\x1a\x16.ragrpc.v1.AskResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragrpc/v1/retrieve.proto\x12\tragrpc.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16ragrpc/v1/common.proto\"\xbc\x03\n\x0eMetadataFilter\x12\x14\n\x0c\x64ocument_ids\x18\x01 \x03(\t\x12\x0f\n\x07sources\x18\x02 \x03(\t\x12\x13\n\x0bmedia_types\x18\x03 \x03(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12\x37\n\x13\x64ocument_time_after\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x14\x64ocument_time_before\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\rorganizations\x18\x07 \x03(\tB\x02\x18\x01\x12\x1a\n\x0e\x64ocument_types\x18\x08 \x03(\tB\x02\x18\x01\x12\x1a\n\x0e\x66iscal_periods\x18\t \x03(\tB\x02\x18\x01\x12\x13\n\x07tickers\x18\n \x03(\tB\x02\x18\x01\x12\x39\n\x08metadata\x18\x0b \x03(\x0b\x32\'.ragrpc.v1.MetadataFilter.MetadataEntry\x1aJ\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.ragrpc.v1.MetadataValues:\x02\x38\x01\" \n\x0eMetadataValues\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xb4\x03\n\x10RetrievalOptions\x12\r\n\x05top_k\x18\x01 \x01(\x05\x12&\n\x04mode\x18\x02 \x01(\x0e\x32\x18.ragrpc.v1.RetrievalMode\x12\'\n\x06\x66usion\x18\x03 \x01(\x0e\x32\x17.ragrpc.v1.FusionMethod\x12\x12\n\ncandidates\x18\x04 \x01(\x05\x12\r\n\x05rrf_k\x18\x05 \x01(\x05\x12\x19\n\x0c\x64\x65nse_weight\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rsparse_weight\x18\x07 \x01(\x01H\x01\x88\x01\x01\x12\x13\n\x06rerank\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12\x17\n\nmmr_lambda\x18\t \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tmin_score\x18\n \x01(\x01H\x04\x88\x01\x01\x12\x16\n\x0einclude_parent\x18\x0b \x01(\x08\x12)\n\x06\x66ilter\x18\x0c \x01(\x0b\x32\x19.ragrpc.v1.MetadataFilter\x12\x12\n\ncollection\x18\r \x01(\tB\x0f\n\r_dense_weightB\x10\n\x0e_sparse_weightB\t\n\x07_rerankB\r\n\x0b_mmr_lambdaB\x0c\n\n_min_score\"i\n\x0fRetrieveRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12,\n\x07options\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalOptions\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"\xcb\x01\n\x10RetrievalSummary\x12\'\n\x07timings\x18\x01 \x03(\x0b\x32\x16.ragrpc.v1.StageTiming\x12\x10\n\x08returned\x18\x02 \x01(\x05\x12\x18\n\x10\x64\x65nse_candidates\x18\x03 \x01(\x05\x12\x19\n\x11sparse_candidates\x18\x04 \x01(\x05\x12\x10\n\x08reranked\x18\x05 \x01(\x08\x12\x1d\n\x15rerank_skipped_reason\x18\x06 \x01(\t\x12\x16\n\x0esparse_backend\x18\x07 \x01(\t\"u\n\x10RetrieveResponse\x12\'\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x16.ragrpc.v1.ScoredChunkH\x00\x12.\n\x07summary\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalSummaryH\x00\x42\x08\n\x06result\"\x94\x01\n\x10\x43onversationTurn\x12.\n\x04role\x18\x01 \x01(\x0e\x32 .ragrpc.v1.ConversationTurn.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\"\xff\x01\n\nAskRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12,\n\x07options\x18\x02 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalOptions\x12\x10\n\x08template\x18\x03 \x01(\t\x12,\n\x07history\x18\x04 \x03(\x0b\x32\x1b.ragrpc.v1.ConversationTurn\x12\x19\n\x11max_answer_tokens\x18\x05 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x05\x12\x18\n\x0btemperature\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12\x19\n\x11\x63onsistency_token\x18\x08 \x01(\tB\x0e\n\x0c_temperature\"\x1a\n\nTokenDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"+\n\nRetraction\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x81\x01\n\x08\x43itation\x12\x15\n\rsource_number\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x10\n\x08\x63hunk_id\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x14\n\x0c\x61nswer_start\x18\x05 \x01(\x05\x12\x12\n\nanswer_end\x18\x06 \x01(\x05\">\n\nTokenUsage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xd8\x01\n\x08\x41skFinal\x12.\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x17.ragrpc.v1.FinishReason\x12\r\n\x05model\x18\x02 \x01(\t\x12$\n\x05usage\x18\x03 \x01(\x0b\x32\x15.ragrpc.v1.TokenUsage\x12\'\n\x07timings\x18\x04 \x03(\x0b\x32\x16.ragrpc.v1.StageTiming\x12\x0e\n\x06\x61nswer\x18\x05 \x01(\t\x12.\n\tretrieval\x18\x06 \x01(\x0b\x32\x1b.ragrpc.v1.RetrievalSummary\"\xe4\x01\n\x0b\x41skResponse\x12(\n\x06source\x18\x01 \x01(\x0b\x32\x16.ragrpc.v1.ScoredChunkH\x00\x12&\n\x05token\x18\x02 \x01(\x0b\x32\x15.ragrpc.v1.TokenDeltaH\x00\x12+\n\nretraction\x18\x03 \x01(\x0b\x32\x15.ragrpc.v1.RetractionH\x00\x12\'\n\x08\x63itation\x18\x04 \x01(\x0b\x32\x13.ragrpc.v1.CitationH\x00\x12$\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x13.ragrpc.v1.AskFinalH\x00\x42\x07\n\x05\x65vent*\x7f\n\rRetrievalMode\x12\x1e\n\x1aRETRIEVAL_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15RETRIEVAL_MODE_HYBRID\x10\x01\x12\x18\n\x14RETRIEVAL_MODE_DENSE\x10\x02\x12\x19\n\x15RETRIEVAL_MODE_SPARSE\x10\x03*`\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02*}\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_NO_SOURCES\x10\x03\x32\x90\x01\n\x0fRetrieveService\x12\x45\n\x08Retrieve\x12\x1a.ragrpc.v1.RetrieveRequest\x1a\x1b.ragrpc.v1.RetrieveResponse0\x01\x12\x36\n\x03\x41sk\x12\x15.ragrpc.v1.AskRequest\x1a\x16.ragrpc.v1.AskResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ragrpc.v1.retrieve_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RETRIEVALMODE']._serialized_start=2337
-  _globals['_RETRIEVALMODE']._serialized_end=2464
-  _globals['_FUSIONMETHOD']._serialized_start=2466
-  _globals['_FUSIONMETHOD']._serialized_end=2562
-  _globals['_FINISHREASON']._serialized_start=2564
-  _globals['_FINISHREASON']._serialized_end=2689
+  _globals['_METADATAFILTER_METADATAENTRY']._loaded_options = None
+  _globals['_METADATAFILTER_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_METADATAFILTER'].fields_by_name['organizations']._loaded_options = None
+  _globals['_METADATAFILTER'].fields_by_name['organizations']._serialized_options = b'\030\001'
+  _globals['_METADATAFILTER'].fields_by_name['document_types']._loaded_options = None
+  _globals['_METADATAFILTER'].fields_by_name['document_types']._serialized_options = b'\030\001'
+  _globals['_METADATAFILTER'].fields_by_name['fiscal_periods']._loaded_options = None
+  _globals['_METADATAFILTER'].fields_by_name['fiscal_periods']._serialized_options = b'\030\001'
+  _globals['_METADATAFILTER'].fields_by_name['tickers']._loaded_options = None
+  _globals['_METADATAFILTER'].fields_by_name['tickers']._serialized_options = b'\030\001'
+  _globals['_RETRIEVALMODE']._serialized_start=2576
+  _globals['_RETRIEVALMODE']._serialized_end=2703
+  _globals['_FUSIONMETHOD']._serialized_start=2705
+  _globals['_FUSIONMETHOD']._serialized_end=2801
+  _globals['_FINISHREASON']._serialized_start=2803
+  _globals['_FINISHREASON']._serialized_end=2928
   _globals['_METADATAFILTER']._serialized_start=97
-  _globals['_METADATAFILTER']._serialized_end=390
-  _globals['_RETRIEVALOPTIONS']._serialized_start=393
-  _globals['_RETRIEVALOPTIONS']._serialized_end=829
-  _globals['_RETRIEVEREQUEST']._serialized_start=831
-  _globals['_RETRIEVEREQUEST']._serialized_end=909
-  _globals['_RETRIEVALSUMMARY']._serialized_start=912
-  _globals['_RETRIEVALSUMMARY']._serialized_end=1115
-  _globals['_RETRIEVERESPONSE']._serialized_start=1117
-  _globals['_RETRIEVERESPONSE']._serialized_end=1234
-  _globals['_CONVERSATIONTURN']._serialized_start=1237
-  _globals['_CONVERSATIONTURN']._serialized_end=1385
-  _globals['_CONVERSATIONTURN_ROLE']._serialized_start=1322
-  _globals['_CONVERSATIONTURN_ROLE']._serialized_end=1385
-  _globals['_ASKREQUEST']._serialized_start=1388
-  _globals['_ASKREQUEST']._serialized_end=1616
-  _globals['_TOKENDELTA']._serialized_start=1618
-  _globals['_TOKENDELTA']._serialized_end=1644
-  _globals['_RETRACTION']._serialized_start=1646
-  _globals['_RETRACTION']._serialized_end=1689
-  _globals['_CITATION']._serialized_start=1692
-  _globals['_CITATION']._serialized_end=1821
-  _globals['_TOKENUSAGE']._serialized_start=1823
-  _globals['_TOKENUSAGE']._serialized_end=1885
-  _globals['_ASKFINAL']._serialized_start=1888
-  _globals['_ASKFINAL']._serialized_end=2104
-  _globals['_ASKRESPONSE']._serialized_start=2107
-  _globals['_ASKRESPONSE']._serialized_end=2335
-  _globals['_RETRIEVESERVICE']._serialized_start=2692
-  _globals['_RETRIEVESERVICE']._serialized_end=2836
+  _globals['_METADATAFILTER']._serialized_end=541
+  _globals['_METADATAFILTER_METADATAENTRY']._serialized_start=467
+  _globals['_METADATAFILTER_METADATAENTRY']._serialized_end=541
+  _globals['_METADATAVALUES']._serialized_start=543
+  _globals['_METADATAVALUES']._serialized_end=575
+  _globals['_RETRIEVALOPTIONS']._serialized_start=578
+  _globals['_RETRIEVALOPTIONS']._serialized_end=1014
+  _globals['_RETRIEVEREQUEST']._serialized_start=1016
+  _globals['_RETRIEVEREQUEST']._serialized_end=1121
+  _globals['_RETRIEVALSUMMARY']._serialized_start=1124
+  _globals['_RETRIEVALSUMMARY']._serialized_end=1327
+  _globals['_RETRIEVERESPONSE']._serialized_start=1329
+  _globals['_RETRIEVERESPONSE']._serialized_end=1446
+  _globals['_CONVERSATIONTURN']._serialized_start=1449
+  _globals['_CONVERSATIONTURN']._serialized_end=1597
+  _globals['_CONVERSATIONTURN_ROLE']._serialized_start=1534
+  _globals['_CONVERSATIONTURN_ROLE']._serialized_end=1597
+  _globals['_ASKREQUEST']._serialized_start=1600
+  _globals['_ASKREQUEST']._serialized_end=1855
+  _globals['_TOKENDELTA']._serialized_start=1857
+  _globals['_TOKENDELTA']._serialized_end=1883
+  _globals['_RETRACTION']._serialized_start=1885
+  _globals['_RETRACTION']._serialized_end=1928
+  _globals['_CITATION']._serialized_start=1931
+  _globals['_CITATION']._serialized_end=2060
+  _globals['_TOKENUSAGE']._serialized_start=2062
+  _globals['_TOKENUSAGE']._serialized_end=2124
+  _globals['_ASKFINAL']._serialized_start=2127
+  _globals['_ASKFINAL']._serialized_end=2343
+  _globals['_ASKRESPONSE']._serialized_start=2346
+  _globals['_ASKRESPONSE']._serialized_end=2574
+  _globals['_RETRIEVESERVICE']._serialized_start=2931
+  _globals['_RETRIEVESERVICE']._serialized_end=3075
 # @@protoc_insertion_point(module_scope)

@@ -43,7 +43,14 @@ FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_NO_SOURCES: FinishReason
 
 class MetadataFilter(_message.Message):
-    __slots__ = ("document_ids", "sources", "media_types", "tags", "document_time_after", "document_time_before", "organizations", "document_types", "fiscal_periods", "tickers")
+    __slots__ = ("document_ids", "sources", "media_types", "tags", "document_time_after", "document_time_before", "organizations", "document_types", "fiscal_periods", "tickers", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: MetadataValues
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[MetadataValues, _Mapping]] = ...) -> None: ...
     DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     MEDIA_TYPES_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +61,7 @@ class MetadataFilter(_message.Message):
     DOCUMENT_TYPES_FIELD_NUMBER: _ClassVar[int]
     FISCAL_PERIODS_FIELD_NUMBER: _ClassVar[int]
     TICKERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     document_ids: _containers.RepeatedScalarFieldContainer[str]
     sources: _containers.RepeatedScalarFieldContainer[str]
     media_types: _containers.RepeatedScalarFieldContainer[str]
@@ -64,7 +72,14 @@ class MetadataFilter(_message.Message):
     document_types: _containers.RepeatedScalarFieldContainer[str]
     fiscal_periods: _containers.RepeatedScalarFieldContainer[str]
     tickers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, document_ids: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[str]] = ..., media_types: _Optional[_Iterable[str]] = ..., tags: _Optional[_Iterable[str]] = ..., document_time_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., document_time_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., organizations: _Optional[_Iterable[str]] = ..., document_types: _Optional[_Iterable[str]] = ..., fiscal_periods: _Optional[_Iterable[str]] = ..., tickers: _Optional[_Iterable[str]] = ...) -> None: ...
+    metadata: _containers.MessageMap[str, MetadataValues]
+    def __init__(self, document_ids: _Optional[_Iterable[str]] = ..., sources: _Optional[_Iterable[str]] = ..., media_types: _Optional[_Iterable[str]] = ..., tags: _Optional[_Iterable[str]] = ..., document_time_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., document_time_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., organizations: _Optional[_Iterable[str]] = ..., document_types: _Optional[_Iterable[str]] = ..., fiscal_periods: _Optional[_Iterable[str]] = ..., tickers: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, MetadataValues]] = ...) -> None: ...
+
+class MetadataValues(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetrievalOptions(_message.Message):
     __slots__ = ("top_k", "mode", "fusion", "candidates", "rrf_k", "dense_weight", "sparse_weight", "rerank", "mmr_lambda", "min_score", "include_parent", "filter", "collection")
@@ -97,12 +112,14 @@ class RetrievalOptions(_message.Message):
     def __init__(self, top_k: _Optional[int] = ..., mode: _Optional[_Union[RetrievalMode, str]] = ..., fusion: _Optional[_Union[FusionMethod, str]] = ..., candidates: _Optional[int] = ..., rrf_k: _Optional[int] = ..., dense_weight: _Optional[float] = ..., sparse_weight: _Optional[float] = ..., rerank: _Optional[bool] = ..., mmr_lambda: _Optional[float] = ..., min_score: _Optional[float] = ..., include_parent: _Optional[bool] = ..., filter: _Optional[_Union[MetadataFilter, _Mapping]] = ..., collection: _Optional[str] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
-    __slots__ = ("query", "options")
+    __slots__ = ("query", "options", "consistency_token")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     query: str
     options: RetrievalOptions
-    def __init__(self, query: _Optional[str] = ..., options: _Optional[_Union[RetrievalOptions, _Mapping]] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, query: _Optional[str] = ..., options: _Optional[_Union[RetrievalOptions, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class RetrievalSummary(_message.Message):
     __slots__ = ("timings", "returned", "dense_candidates", "sparse_candidates", "reranked", "rerank_skipped_reason", "sparse_backend")
@@ -147,7 +164,7 @@ class ConversationTurn(_message.Message):
     def __init__(self, role: _Optional[_Union[ConversationTurn.Role, str]] = ..., content: _Optional[str] = ...) -> None: ...
 
 class AskRequest(_message.Message):
-    __slots__ = ("query", "options", "template", "history", "max_answer_tokens", "token_budget", "temperature")
+    __slots__ = ("query", "options", "template", "history", "max_answer_tokens", "token_budget", "temperature", "consistency_token")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +172,7 @@ class AskRequest(_message.Message):
     MAX_ANSWER_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
     query: str
     options: RetrievalOptions
     template: str
@@ -162,7 +180,8 @@ class AskRequest(_message.Message):
     max_answer_tokens: int
     token_budget: int
     temperature: float
-    def __init__(self, query: _Optional[str] = ..., options: _Optional[_Union[RetrievalOptions, _Mapping]] = ..., template: _Optional[str] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., max_answer_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., temperature: _Optional[float] = ...) -> None: ...
+    consistency_token: str
+    def __init__(self, query: _Optional[str] = ..., options: _Optional[_Union[RetrievalOptions, _Mapping]] = ..., template: _Optional[str] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., max_answer_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ..., temperature: _Optional[float] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class TokenDelta(_message.Message):
     __slots__ = ("text",)

@@ -9,13 +9,16 @@ import dataclasses
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from clients.cli import main
 from ragrpc.config import Settings
+from ragrpc.store.metadata_fields import MetadataFields
+from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
+from tests.conftest import FakeStack, running_stack
 from tests.grpc.test_client_sync import BREAD_TXT, GARDEN_TXT, MILVUS_MD, PNG_BYTES
 from tests.support.chat_server import Behaviour, ChatServer
 
@@ -112,7 +115,20 @@ def _filing(company: str, ticker: str, year: int) -> str:
     )
 
 
-async def test_search_by_the_facts_of_filings(fake_stack, tmp_path: Path, capsys) -> None:
+FACT_KEYS = ("organization", "ticker", "document_type", "fiscal_period")
+
+
+@pytest.fixture
+async def filings_stack(settings: Settings) -> AsyncIterator[FakeStack]:
+    """Both services with the filings enricher, over a collection that declares its facts' keys."""
+    configured = dataclasses.replace(settings, enrichers="filings", metadata_filter_keys=",".join(FACT_KEYS))
+    chunks = InMemoryChunkStore(metadata_fields=MetadataFields(FACT_KEYS))
+    async with running_stack(configured, FakeStack(HashingEmbedder(), chunks, InMemoryDocumentRegistry())) as stack:
+        yield stack
+
+
+async def test_search_by_the_facts_of_filings(filings_stack, tmp_path: Path, capsys) -> None:
+    fake_stack = filings_stack
     ingest, query = ("--ingest", fake_stack.ingest_address), ("--query", fake_stack.query_address)
     (tmp_path / "amd-2022.txt").write_text(_filing("ADVANCED MICRO DEVICES, INC.", "AMD", 2022))
     (tmp_path / "amd-2021.txt").write_text(_filing("ADVANCED MICRO DEVICES, INC.", "AMD", 2021))
@@ -133,6 +149,14 @@ async def test_search_by_the_facts_of_filings(fake_stack, tmp_path: Path, capsys
     assert await documents("--organization", "Nvidia Corporation", "--document-type", "10-K") == {"nvda-2022"}
     assert await documents("--ticker", "NVDA", "--ticker", "AMD", "--fiscal-period", "FY2021") == {"amd-2021"}
     assert await documents("--document-type", "10-Q") == set()
+    # the generic form: keys AND'ed, a key given twice takes either value
+    assert await documents("--where", "ticker=AMD", "--where", "fiscal_period=FY2022") == {"amd-2022"}
+    assert await documents("--where", "ticker=NVDA", "--where", "ticker=AMD") == {"amd-2022", "amd-2021", "nvda-2022"}
+    assert await documents("--where", "organization=Nvidia Corporation") == {"nvda-2022"}
+    code, _, err = await _cli(capsys, *query, "search", "net revenue", "--where", "department=sales")
+    assert code == 4 and "INVALID_ARGUMENT" in err and "'department' is not declared" in err and "ticker" in err
+    code, _, err = await _cli(capsys, *query, "search", "net revenue", "--where", "ticker")
+    assert code == 2 and "KEY=VALUE" in err
 
 
 async def test_parallel_uploads_report_every_file(fake_stack, tmp_path: Path, capsys) -> None:
@@ -202,3 +226,24 @@ class TestAskRetraction:
         before, notice, after = out.partition("[answer withdrawn: flaky-model failed (")
         assert notice and before.strip() and "starting over]" in after
         assert "Sources:" in after and "model extractive" in after
+
+
+async def test_ingest_then_search_at_once_finds_the_note_across_cli_runs(
+    settings: Settings, fake_stores: FakeStack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43's new user: `ragrpc ingest note.md`, then at once `ragrpc search` for its words. The
+    query service's follower polls once an hour here: only the CLI's read-your-writes token (kept
+    between the two runs) makes the note searchable by BM25 at once."""
+    slow = dataclasses.replace(settings, registry_follow_interval_s=3600.0)
+    async with running_stack(slow, fake_stores) as stack:
+        ingest, query = ("--ingest", stack.ingest_address), ("--query", stack.query_address)
+        note = tmp_path / "note.md"
+        note.write_text("# Note\n\nThe quokka named Pemberton eats fennel on Tuesdays.\n")
+        code, _, _ = await _cli(capsys, *ingest, "ingest", str(note))
+        assert code == 0
+        code, out, _ = await _cli(capsys, *query, "search", "quokka Pemberton fennel", "--mode", "sparse")
+        assert code == 0 and "note.md" in out.splitlines()[0]
+        code, out, _ = await _cli(
+            capsys, *query, "--no-read-your-writes", "search", "quokka Pemberton fennel", "--mode", "sparse"
+        )
+        assert code == 0  # the token was already reflected: the same answer without waiting

@@ -104,3 +104,33 @@ async def test_endpoint_failures_fail_the_upload_and_store_nothing(openai_stack)
         assert _chunks_of(stack, document_id) == 0
     with pytest.raises(errors.ModelMismatchError, match="64 dimensions, provider openai"):
         stack.registry.ensure_model(EmbeddingIdentity("test-embed", 32, "openai"), create=False)
+
+
+async def test_a_hung_query_embedding_ends_at_the_call_deadline_and_blocks_no_other_search(openai_stack) -> None:  # type: ignore[no-untyped-def]
+    """An embeddings endpoint that hangs (30 s here; the client would retry it for minutes): a hybrid
+    query ends with DEADLINE_EXCEEDED at its own deadline, and while four of them hang, sparse
+    queries (which embed nothing) are answered at once: query embedding has threads of its own."""
+    stack, server = openai_stack
+    ingest = ingest_pb2_grpc.IngestServiceStub(grpc.aio.insecure_channel(stack.ingest_address))
+    await _upload(ingest, "ducks.md", DUCKS, "ducks")
+    await stack.followed()
+    server.set_default(Behaviour.slow(30.0))
+    channel = grpc.aio.insecure_channel(stack.query_address)
+    query = retrieve_pb2_grpc.RetrieveServiceStub(channel)
+
+    async def search(mode: int, timeout: float) -> list[Any]:
+        request = retrieve_pb2.RetrieveRequest(query="ducks ponds", options=retrieve_pb2.RetrievalOptions(mode=mode))
+        return [r async for r in query.Retrieve(request, timeout=timeout)]
+
+    hung = [asyncio.ensure_future(search(retrieve_pb2.RETRIEVAL_MODE_HYBRID, 2.0)) for _ in range(4)]
+    await asyncio.sleep(0.2)
+    started = asyncio.get_running_loop().time()
+    answers = await asyncio.gather(*(search(retrieve_pb2.RETRIEVAL_MODE_SPARSE, 5.0) for _ in range(8)))
+    assert asyncio.get_running_loop().time() - started < 1.5
+    assert all(any(r.HasField("chunk") for r in answer) for answer in answers)
+    for call in hung:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await call
+        assert ended.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    server.set_default(Behaviour.ok())
+    await channel.close()

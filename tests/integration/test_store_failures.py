@@ -77,6 +77,7 @@ def test_an_answer_over_the_message_limit_is_internal_and_not_repeated() -> None
     too_large = StatusError(grpc.StatusCode.RESOURCE_EXHAUSTED, "SERVER: Sent message larger than max (9 vs. 4)")
     error = translate_exception(too_large, "scan")
     assert isinstance(error, errors.InternalError) and "over the store's message limit" in error.message
+    assert "Sent message" not in error.message and error.reason == "STORE_MESSAGE_TOO_LARGE"
     calls: list[int] = []
 
     def answer(_client: Any) -> None:
@@ -89,10 +90,30 @@ def test_an_answer_over_the_message_limit_is_internal_and_not_repeated() -> None
     assert calls == [1]
 
 
-def test_a_refusal_worded_like_an_outage_is_internal_not_unavailable() -> None:
-    error = translate_exception(MilvusException(code=1100, message="request timeout value is invalid"), "insert")
-    assert isinstance(error, errors.InternalError)
+def test_a_refusal_worded_like_an_outage_is_a_refusal_not_unavailable() -> None:
+    error = translate_exception(MilvusException(code=1100, message="request timeout value is invalid"), "scan")
+    assert isinstance(error, errors.InternalError) and error.reason == "STORE_REFUSED"
     assert isinstance(translate_exception(StatusError(grpc.StatusCode.UNAVAILABLE), "insert"), errors.UnavailableError)
+
+
+@pytest.mark.parametrize(
+    ("operation", "code", "expected", "reason"),
+    [
+        ("insert", 1100, errors.InvalidInputError, "STORE_REFUSED_DATA"),
+        ("upsert", 65535, errors.InvalidInputError, "STORE_REFUSED_DATA"),
+        ("query", 1100, errors.InternalError, "STORE_REFUSED"),
+        ("search", 100, errors.PreconditionError, "STORE_COLLECTION_MISSING"),
+    ],
+)
+def test_refusals_get_a_code_and_a_message_naming_no_internal_object(
+    operation: str, code: int, expected: type, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = MilvusException(code=code, message="collection ragrpc_chunks: expr 'tenant == \"a\"' is invalid")
+    error = translate_exception(raw, operation)
+    assert type(error) is expected and error.reason == reason
+    for internal in ("ragrpc_chunks", "expr", "tenant", "MilvusException"):
+        assert internal not in error.message
+    assert "ragrpc_chunks" in caplog.text  # the details are in the service log
 
 
 class ScriptedClient:

@@ -22,8 +22,8 @@ from ragrpc.config import Settings
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.paging import MAX_QUERY_WINDOW
 from ragrpc.testing import HashingEmbedder
+from ragrpc.testing.invariants import check_store
 from tests.support.milvus_server import start_milvus_lite
-from tests.support.store_invariants import check_invariants
 
 pytestmark = pytest.mark.reliability
 DOCUMENTS = MAX_QUERY_WINDOW + 3_616  # the 20,000 documents of the report that found 3,616 missing
@@ -73,7 +73,7 @@ async def test_twenty_thousand_documents(tmp_path: Path) -> None:
 
         counts = ingest.lifecycle.recover()
         assert not any(counts.values())
-        report = check_invariants(stores.chunks, stores.registry, tenant="t")
+        report = check_store(stores.chunks, stores.registry, tenant="t")
         assert report.documents == DOCUMENTS and not report.problems, report.problems[:5]
         await ingest.lifecycle.close()
         ingest.shutdown()

@@ -19,11 +19,11 @@ from typing import Any
 import grpc
 import pytest
 
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 from tests.reliability.conftest import RealStack, print_table
 from tests.reliability.hostile_cases import needs_corpus
 from tests.support import hostile_inputs as hi
-from tests.support.store_invariants import check_invariants
 
 # 30 small real documents (about 40k characters of text, ~100 chunks) from the shared corpus.
 CRASH_BATCH = (
@@ -183,7 +183,7 @@ def _kill_and_restart(tmp_path: Path, kills: int, seed: int, max_delay_s: float,
             run.thread.join(60)
             interrupted += not finished_before_kill
             restart_s = stack.ingest.start()
-            report = check_invariants(stores.chunks, stores.registry)
+            report = check_store(stores.chunks, stores.registry)
             rows_checked += report.documents + report.chunks
             listed = _list_states(stack.ingest.address)
             bad_listed = {
@@ -213,7 +213,7 @@ def _kill_and_restart(tmp_path: Path, kills: int, seed: int, max_delay_s: float,
         assert final.error is None, f"final batch failed: {final.error}"
         summary = final.summary
         assert summary is not None, "final batch ended without a summary"
-        report = check_invariants(stores.chunks, stores.registry)
+        report = check_store(stores.chunks, stores.registry)
         rows_checked += report.documents + report.chunks
         with grpc.insecure_channel(stack.ingest.address) as channel:
             stub = ingest_pb2_grpc.IngestServiceStub(channel)

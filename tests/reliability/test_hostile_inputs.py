@@ -24,11 +24,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ragrpc.models import ChunkKind, DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 from tests.reliability.conftest import REFUSAL_CODES, print_table, refusal_problem
 from tests.reliability.hostile_cases import CALL_DEADLINE_S, MUST_REFUSE, generate, hostile_items, needs_corpus
 from tests.support import hostile_inputs as hi
-from tests.support.store_invariants import check_invariants
 
 # Corpus PDFs that take over ~4 s each to extract on this machine (pdfplumber is GIL-bound):
 # only the --run-reliability run sends them, so the regular suite stays short.
@@ -212,7 +212,7 @@ async def _corpus(fake_stack: Any, full: bool) -> None:
         f"\nencrypted PDFs opened with their recorded password: {sum(o.state == 'ACTIVE' for o in encrypted)}"
         f"/{len(encrypted)}"
     )
-    report = check_invariants(fake_stack.chunks, fake_stack.registry)
+    report = check_store(fake_stack.chunks, fake_stack.registry)
     print(f"store after the corpus: {report.summary()}")
     _report(f"corpus through gRPC ({'all' if full else 'all but the heavy PDFs'})", outcomes, started)
     for label, code in MUST_REFUSE.items():
@@ -249,7 +249,7 @@ async def _generated(fake_stack: Any, inputs: list[hi.HostileInput]) -> None:
     outcomes = await _ingest_all(fake_stack, hostile_items(inputs))
     await _assert_serving(fake_stack.ingest_address)
     await _assert_serving(fake_stack.query_address)
-    report = check_invariants(fake_stack.chunks, fake_stack.registry)
+    report = check_store(fake_stack.chunks, fake_stack.registry)
     print(f"store after the hostile inputs: {report.summary()}")
     _report("generated hostile inputs through UploadDocument", outcomes, started)
     assert not report.problems, report.problems
@@ -323,6 +323,6 @@ async def test_hostile_batch_through_ingest_documents(fake_stack) -> None:  # ty
     assert summary.failed == sum(v for k, v in codes.items() if k != "ACTIVE")
     assert job.done and len(job.documents) == len(inputs)
     assert not problems, "\n".join(problems)
-    report = check_invariants(fake_stack.chunks, fake_stack.registry)
+    report = check_store(fake_stack.chunks, fake_stack.registry)
     assert not report.problems, report.problems
     await _assert_serving(fake_stack.ingest_address)

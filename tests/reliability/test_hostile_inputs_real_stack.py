@@ -10,6 +10,7 @@ import time
 import grpc
 import pytest
 
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 from tests.reliability.conftest import (
     RealStack,
@@ -23,7 +24,6 @@ from tests.reliability.conftest import (
 )
 from tests.reliability.hostile_cases import CALL_DEADLINE_S, MUST_REFUSE, generate, hostile_items, needs_corpus
 from tests.support import hostile_inputs as hi
-from tests.support.store_invariants import check_invariants
 
 _REAL_SAMPLE = (
     "pdf/pypdf__crazyones-encrypted-256.pdf",
@@ -121,7 +121,7 @@ def test_real_stack_sample(shared_real_stack: RealStack) -> None:
         f"{rss_after / 1024:.0f} MiB after"
     )
     stores = stack.reader_stores()
-    report = check_invariants(stores.chunks, stores.registry)
+    report = check_store(stores.chunks, stores.registry)
     print(f"Milvus after the sample: {report.summary()}")
     assert health(stack.ingest.address) == "SERVING" and health(stack.query.address) == "SERVING"
     assert not problems, "\n".join(problems)

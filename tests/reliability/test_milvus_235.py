@@ -28,12 +28,12 @@ import pytest
 from google.protobuf import field_mask_pb2, timestamp_pb2
 
 from ragrpc import errors
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import ServiceProcess, free_port, print_table, service_env
 from tests.support import hostile_inputs as hi
 from tests.support.async_calls import eventually, retrieve_chunks, upload_document
 from tests.support.milvus235 import Milvus235, running_or_skipped
-from tests.support.store_invariants import check_invariants
 
 REAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -241,7 +241,7 @@ async def test_pipeline_against_milvus_235(milvus235: Milvus235, settings) -> No
         await query_server.stop(0)
         ingest.shutdown()
         query.executor.shutdown(wait=False, cancel_futures=True)
-    report = check_invariants(stores.chunks, stores.registry)
+    report = check_store(stores.chunks, stores.registry)
     rows.append(("store invariants", report.summary()))
     print_table("ragrpc against Milvus 2.3.5 standalone", rows, ("path", "result"))
     assert not report.problems, report.problems
@@ -382,3 +382,15 @@ async def test_update_document_against_milvus_235(milvus235: Milvus235, settings
         "where partition-key pruning does not look, so every query (always tenant-filtered) loses the document"
     )
     assert after == ["kingfisher"] and tagged == ["kingfisher"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_metadata_filters_against_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
+    """Declared metadata keys as VARCHAR fields of their own, exact matches in search, query and scan (the
+    server's query iterator), and the deprecated fields' JSON filter on a collection created before
+    (tests/support/metadata_filter_checks.py, which milvus-lite runs too)."""
+    from tests.support.metadata_filter_checks import check_metadata_filters
+
+    rows = check_metadata_filters(dataclasses.replace(settings, milvus_uri=milvus235.uri), prefix="m235meta")
+    print_table("generic metadata filters on Milvus 2.3.5", rows, ("check", "result"))

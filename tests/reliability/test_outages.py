@@ -19,13 +19,13 @@ from typing import Any
 import grpc
 import pytest
 
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import RealStack, health, latency_summary, print_table, upload
 from tests.reliability.hostile_cases import needs_corpus
 from tests.support import hostile_inputs as hi
 from tests.support.chat_server import Behaviour, ChatServer
 from tests.support.outage_probes import QueryLoad, call_outcome, get_document, retrieve_once, wait_until_ok
-from tests.support.store_invariants import check_invariants
 
 # --- the vector store goes away -------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ def test_milvus_outage_during_queries_and_ingestion(outage_stack: RealStack) -> 
     assert (stack.ingest.pid, stack.query.pid) == pids, "a service was restarted"
     assert stack.ingest.alive() and stack.query.alive()
     stores = stack.reader_stores()
-    report = check_invariants(stores.chunks, stores.registry)
+    report = check_store(stores.chunks, stores.registry)
     print(f"Milvus after the outage: {report.summary()}")
     assert not problems, "\n".join(problems)
     assert not report.problems, report.problems
@@ -209,7 +209,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     stack.milvus.start()
     query_back = wait_until_ok(lambda: retrieve_once(stack.query.address, 30), 120)
     ingest_back = wait_until_ok(lambda: get_document(stack.ingest.address, "ducks"), 120)
-    left = check_invariants(stores.chunks, stores.registry)
+    left = check_store(stores.chunks, stores.registry)
     print(
         f"store back: queries OK after {query_back:.1f}s, ingest calls after {ingest_back:.1f}s; what the "
         f"interrupted attempt left: {left.problems}"
@@ -227,7 +227,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
         big.path.read_bytes(),
         timeout_s=600,
     )
-    report = check_invariants(stores.chunks, stores.registry)
+    report = check_store(stores.chunks, stores.registry)
     print(
         f"state of {document_id} during the 30 s after the store came back: {states[-1]} "
         f"({len(states)} polls); re-upload: {ingest_pb2.DocumentState.Name(again.document.state)} with "

@@ -23,10 +23,10 @@ from google.protobuf import field_mask_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import REFUSAL_CODES, health, refusal_problem, upload
 from tests.support import request_strategies as rs
-from tests.support.store_invariants import check_invariants
 
 
 class _Fuzzer:
@@ -68,7 +68,7 @@ class _Fuzzer:
             self.slowest = max(self.slowest, time.monotonic() - started)
 
     def check_store(self, context: str) -> None:
-        report = check_invariants(self.stack.chunks, self.stack.registry)
+        report = check_store(self.stack.chunks, self.stack.registry)
         if report.problems:
             self.problems.append(f"store invariants after {context}: {report.problems[:5]}")
 

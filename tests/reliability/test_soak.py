@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2, retrieve_pb2_grpc
 from tests.reliability.conftest import RealStack, health, latency_summary, rss_kib
 from tests.support import hostile_inputs as hi
-from tests.support.store_invariants import check_invariants
 
 ASK_STREAMS = 16
 RSS_GROWTH_LIMIT = 0.30  # after warm-up
@@ -205,7 +205,7 @@ async def _soak(stack: RealStack, duration_s: float, warmup_s: float) -> None:
             f"end {last / 1024:7.0f} MiB  peak {peak / 1024:7.0f} MiB  growth after warm-up {growth[name]:+.1%}"
         )
     stores = stack.reader_stores()
-    report = check_invariants(stores.chunks, stores.registry)
+    report = check_store(stores.chunks, stores.registry)
     print(f"Milvus after the soak: {report.summary()}")
     assert not load.errors, load.error_samples
     assert len(load.ask_latency) >= ASK_STREAMS, "too few answers"

@@ -141,6 +141,7 @@ class EmbeddingsServer:
     ) -> None:
         self.dimension = dimension
         self.models = models
+        self.refused_word: str | None = None  # a request with a text holding it is answered HTTP 400
         self._state = _State(default or Behaviour.ok())
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -204,6 +205,8 @@ class EmbeddingsServer:
             return 400, _error_body(400, f"dimensions must be between 1 and {self.dimension}, got {wanted}"), {}
         texts = body.get("input", [])
         texts = [texts] if isinstance(texts, str) else list(texts)
+        if self.refused_word is not None and any(self.refused_word in t for t in texts):
+            return 400, _error_body(400, "one of the inputs was refused by the content filter"), {}
         size = b.dimension or wanted
         items = [self._item(i, hashed_vector(t, max(size, self.dimension))[:size], body) for i, t in enumerate(texts)]
         if b.reverse:

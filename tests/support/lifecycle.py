@@ -17,8 +17,8 @@ from ragrpc.config import Settings
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.testing import HashingEmbedder
+from ragrpc.testing.invariants import check_store
 from ragrpc.v1 import ingest_pb2
-from tests.support.store_invariants import check_invariants
 
 TENANT = "default"
 TEXT = " ".join(f"Sentence {i} says that the heron number {i} waits by the water." for i in range(160))
@@ -51,7 +51,7 @@ class World:
         return sum(len(page) for page in self.chunks.scan_chunks(expr))
 
     def assert_consistent(self) -> None:
-        report = check_invariants(self.chunks, self.registry, tenant=TENANT)
+        report = check_store(self.chunks, self.registry, tenant=TENANT)
         assert not report.problems, report.summary() + "\n" + "\n".join(report.problems[:20])
 
 

@@ -77,7 +77,7 @@ def test_the_index_keeps_what_filters_and_hits_need_and_no_text() -> None:
     assert indexed.text.endswith("Net sales increased by 12 percent.")
     assert s.TEXT not in indexed.attrs and s.DENSE not in indexed.attrs and s.TITLE not in indexed.attrs
     assert set(s.FILTERABLE_FIELDS) <= set(indexed.attrs)
-    assert indexed.attrs[s.METADATA] == {"organization": "Acme Corp"}  # the filterable facts only
+    assert indexed.attrs["meta_organization"] == "Acme Corp" and s.METADATA not in indexed.attrs  # plain attributes
     other = indexed_chunk(dataclasses.replace(chunk, chunk_id="d1-1", document_id="".join(["d", "1"])))
     assert other.attrs[s.DOCUMENT_ID] is indexed.attrs[s.DOCUMENT_ID]  # one copy per document
 

@@ -25,7 +25,9 @@ TEXT = ("Ducks are waterfowl. " * 40 + "\n\n" + "Geese are larger than ducks. " 
 @pytest.fixture
 def parts() -> tuple[InMemoryChunkStore, InMemoryDocumentRegistry, IngestComponents]:
     chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
-    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    settings = dataclasses.replace(
+        Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8, replaced_version_grace_s=0.0
+    )
     return chunks, registry, build_components(settings, HashingEmbedder(), chunks, registry)
 
 
@@ -210,7 +212,9 @@ async def wait_until(predicate, timeout_s: float = 5.0) -> None:  # type: ignore
 
 def flaky_parts() -> tuple[InMemoryChunkStore, FlakyRegistry, IngestComponents]:
     chunks, registry = InMemoryChunkStore(), FlakyRegistry()
-    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    settings = dataclasses.replace(
+        Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8, replaced_version_grace_s=0.0
+    )
     app = build_components(settings, HashingEmbedder(), chunks, registry)
     app.lifecycle._settle_delays = (0.02,)  # retry quickly in the test
     return chunks, registry, app
@@ -275,7 +279,9 @@ async def test_update_on_a_store_whose_upsert_breaks_partitions_copies_into_a_ne
     """Milvus 2.3: UpdateDocument writes the chunks again under a fresh generation (same vectors,
     parents re-linked), switches the registry and drops the old rows, instead of upserting."""
     chunks, registry = InMemoryChunkStore(upsert_keeps_partitions=False), InMemoryDocumentRegistry()
-    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    settings = dataclasses.replace(
+        Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8, replaced_version_grace_s=0.0
+    )
     app = build_components(settings, HashingEmbedder(), chunks, registry)
     spec = DocumentSpecInput(document_id="doc-12", file_name="birds.txt", chunking_strategy="hierarchical")
     await app.pipeline.ingest(IngestItem("t1", spec, TEXT))
@@ -308,7 +314,9 @@ class CountingRegistry(InMemoryDocumentRegistry):
 
 async def test_job_progress_is_written_at_most_once_per_interval_but_start_and_end_always() -> None:
     chunks, registry = InMemoryChunkStore(), CountingRegistry()
-    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8)
+    settings = dataclasses.replace(
+        Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8, replaced_version_grace_s=0.0
+    )
     app = build_components(settings, HashingEmbedder(), chunks, registry)
     items = [item(f"Document number {i} about herons.".encode(), document_id=f"j{i}") for i in range(20)]
     job_id, events = await app.jobs.start("t1", items)
@@ -355,3 +363,48 @@ async def test_documents_share_one_token_counter_and_their_facts_and_headers_lea
         assert outcome.chunks_written == 1
     assert len(made) == 1, made  # the service's one counter, shared by the planner and the headers
     assert len(gathered_in) == 5 and loop_thread not in gathered_in
+
+
+async def test_a_replaced_version_stays_readable_for_the_grace_period_then_goes() -> None:
+    """Query services that have not applied the switch yet still read the old rows (a query finds the
+    old or the new version, never neither); once the grace period is over they go, and the record's
+    marker with them."""
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(
+        Settings(), workers=2, chunk_size_tokens=60, chunk_overlap_tokens=8, replaced_version_grace_s=0.3
+    )
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    first = await app.pipeline.ingest(item(document_id="doc"))
+    second = await app.pipeline.ingest(item(TEXT + b" Swans too.", document_id="doc"))
+    old, new = first.record.generation, second.record.generation
+    stored = registry.get("t1", "doc")
+    assert stored.generation == new and stored.stale_generation == old
+    generations = {c.generation for page in chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "doc")) for c in page}
+    assert generations == {old, new}
+    await wait_until(lambda: app.lifecycle.unsettled == 0)
+    generations = {c.generation for page in chunks.scan_chunks(f.eq(s.DOCUMENT_ID, "doc")) for c in page}
+    assert generations == {new} and registry.get("t1", "doc").stale_generation == ""
+
+
+async def test_the_document_timeout_counts_the_time_queued_for_a_slot() -> None:
+    """A document that waits for its slot past the document timeout ends DEADLINE_EXCEEDED
+    (DOCUMENT_TIMEOUT) without having written anything; one that got its slot in time is ingested."""
+    chunks, registry = InMemoryChunkStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, document_timeout_s=0.5)
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    busy = asyncio.Lock()
+    await busy.acquire()  # every slot is taken
+
+    with pytest.raises(errors.DeadlineError) as waited:
+        await app.pipeline.ingest(item(document_id="queued"), slot=busy)
+    assert waited.value.reason == "DOCUMENT_TIMEOUT" and "waited" in waited.value.message
+    assert registry.get("t1", "queued") is None and chunk_count(chunks, "queued") == 0
+
+    async def free_soon() -> None:
+        await asyncio.sleep(0.2)
+        busy.release()
+
+    freeing = asyncio.ensure_future(free_soon())
+    outcome = await app.pipeline.ingest(item(document_id="in-time"), slot=busy)
+    await freeing
+    assert outcome.record.state == DocumentState.ACTIVE

@@ -56,7 +56,8 @@ class World:
 @pytest.fixture
 def world() -> Iterator[World]:
     chunks, registry, embedder = InMemoryChunkStore(), InMemoryDocumentRegistry(), CountingEmbedder()
-    ingest = build_components(dataclasses.replace(Settings(), workers=1), embedder, chunks, registry)
+    settings = dataclasses.replace(Settings(), workers=1, replaced_version_grace_s=0.0)
+    ingest = build_components(settings, embedder, chunks, registry)
     yield World(ingest, chunks, registry, embedder)
     ingest.shutdown()
 

@@ -99,3 +99,42 @@ async def test_an_upload_spooled_to_disk_is_ingested_like_any_other(settings: Se
     assert response.document.state == ingest_pb2.DOCUMENT_STATE_ACTIVE
     assert response.document.content_hash == hashlib.sha256(text).hexdigest()
     assert response.document.size_bytes == len(text) and response.document.chunk_count > 1
+
+
+async def test_spooled_disk_writes_and_large_pieces_leave_the_event_loop(
+    settings: Settings, fake_stores: FakeStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once an upload is on disk, every write (and its hashing) runs in the spool threads, as does a
+    piece over 64 KiB; only small pieces in memory are copied on the event loop."""
+    import threading
+
+    from ingest_service.requests import SpooledUpload
+
+    writes: list[tuple[int, bool, str]] = []
+    original = SpooledUpload.write
+
+    def recording(self: SpooledUpload, data: bytes) -> None:
+        writes.append((len(data), self.on_disk, threading.current_thread().name))
+        original(self, data)
+
+    monkeypatch.setattr(SpooledUpload, "write", recording)
+    small_spool = dataclasses.replace(settings, upload_memory_bytes=4096)
+    text = (" ".join(f"Line {i} of the keeper's log." for i in range(20000))).encode()
+    pieces = [
+        text[:1000],
+        text[1000:2000],
+        text[2000 : 2000 + (100 << 10)],
+        *(text[i : i + 1000] for i in range(2000 + (100 << 10), len(text), 1000)),
+    ]
+    async with running_stack(small_spool, fake_stores) as stack:
+        async with grpc.aio.insecure_channel(stack.ingest_address) as channel:
+            stub = ingest_pb2_grpc.IngestServiceStub(channel)
+            header = ingest_pb2.DocumentSpec(document_id="log", file_name="log.txt")
+            messages = [ingest_pb2.UploadDocumentRequest(header=header)] + [
+                ingest_pb2.UploadDocumentRequest(data=piece) for piece in pieces
+            ]
+            response = await stub.UploadDocument(iter(messages))
+    assert response.document.content_hash == hashlib.sha256(text).hexdigest()
+    loop_thread = threading.current_thread().name
+    assert [thread == loop_thread for _, _, thread in writes[:2]] == [True, True]  # small, in memory
+    assert all(thread.startswith("upload-spool") for _, _, thread in writes[2:])  # large, then on disk

@@ -29,6 +29,7 @@ def stores(request: pytest.FixtureRequest) -> Iterator[World]:
         embedding_batch_size=4,
         sparse_backend="rank_bm25",
         ingest_port=0,
+        replaced_version_grace_s=0.0,  # the replaced rows go at the switch (the grace has tests of its own)
     )
     if request.param == "memory":
         yield World(base, embedder, InMemoryChunkStore(), InMemoryDocumentRegistry())
