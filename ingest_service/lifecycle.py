@@ -279,6 +279,8 @@ class DocumentLifecycle:
                 raise errors.PreconditionError(
                     f"document {document_id!r} is not ACTIVE (it is being ingested or failed)"
                 )
+            if record.stale_generation:  # a replaced version in its grace period goes now: a copy would
+                await finish_despite_cancel(self._store(self._drop_leftovers, record))  # take over its marker
             changed = DocumentRecord(**{**record.__dict__})
             if "title" in fields:
                 changed.title = title

@@ -6,14 +6,18 @@ server is tests/reliability/test_chaos.py (make test-reliability)."""
 
 from __future__ import annotations
 
+import pytest
+
 from ragrpc.testing import InMemoryChunkStore, InMemoryDocumentRegistry
 from tests.support.chaos import ChaosRun
 
 
-async def test_a_short_seeded_chaos_run_keeps_every_invariant() -> None:
-    chaos = await ChaosRun(
-        InMemoryChunkStore(page_size=3), InMemoryDocumentRegistry(page_size=3), seed=43, fault_rate=0.05
-    ).start()
+@pytest.mark.parametrize(
+    "upsert_keeps_partitions", [True, False], ids=["updates by upsert", "updates by copy (Milvus 2.3)"]
+)
+async def test_a_short_seeded_chaos_run_keeps_every_invariant(upsert_keeps_partitions: bool) -> None:
+    chunks = InMemoryChunkStore(page_size=3, upsert_keeps_partitions=upsert_keeps_partitions)
+    chaos = await ChaosRun(chunks, InMemoryDocumentRegistry(page_size=3), seed=43, fault_rate=0.05).start()
     try:
         figures = await chaos.run(6.0, rounds=3)
     finally:

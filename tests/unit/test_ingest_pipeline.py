@@ -333,10 +333,11 @@ async def test_documents_share_one_token_counter_and_their_facts_and_headers_lea
 ) -> None:
     """A token counter copies the model's tokenizer (~15 ms for the bundled model): made per document
     on the event loop it halved ingestion's rate. The facts and the context headers are worked out in
-    the CPU executor, not on the loop every document's progress runs on."""
+    the CPU executor, not on the loop every document's progress runs on (here without worker processes:
+    tests/unit/test_document_workers.py shows them doing it in another process)."""
     import threading
 
-    from ingest_service import pipeline as pipeline_module
+    from ingest_service import preparation as pipeline_module
 
     embedder = HashingEmbedder()
     made: list[str] = []
@@ -347,7 +348,7 @@ async def test_documents_share_one_token_counter_and_their_facts_and_headers_lea
         return original()
 
     monkeypatch.setattr(embedder, "token_counter", counting_token_counter)
-    settings = dataclasses.replace(Settings(), context_headers=True)
+    settings = dataclasses.replace(Settings(), context_headers=True, ingest_processes=-1)
     app = build_components(settings, embedder, InMemoryChunkStore(), InMemoryDocumentRegistry())
     gathered_in: list[str] = []
     gather = pipeline_module.gather_facts
@@ -408,3 +409,19 @@ async def test_the_document_timeout_counts_the_time_queued_for_a_slot() -> None:
     outcome = await app.pipeline.ingest(item(document_id="in-time"), slot=busy)
     await freeing
     assert outcome.record.state == DocumentState.ACTIVE
+
+
+async def test_an_update_by_copy_during_the_grace_period_leaves_no_orphan_of_the_replaced_version() -> None:
+    """Milvus 2.3 updates by copying into a fresh generation, which becomes the record's replaced
+    (stale) generation: the version still in its grace period must not lose its marker to it (its rows
+    would then stay for ever, named by nothing; found by the chaos run on Milvus 2.3.5)."""
+    from ragrpc.testing.invariants import check_store
+
+    chunks, registry = InMemoryChunkStore(upsert_keeps_partitions=False), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=60, replaced_version_grace_s=0.3)
+    app = build_components(settings, HashingEmbedder(), chunks, registry)
+    await app.pipeline.ingest(item(document_id="doc"))
+    await app.pipeline.ingest(item(TEXT + b" Swans too.", document_id="doc"))  # v1 in its grace period
+    await app.documents.update("t1", "doc", fields=["tags"], tags=["birds"])
+    await wait_until(lambda: app.lifecycle.unsettled == 0)
+    check_store(chunks, registry, tenant="t1", settled=True).assert_ok()
