@@ -64,8 +64,8 @@ def open_milvus_stores(
     """Connects (waiting up to wait_s for the server), ensures the collections (only the writer
     creates them) and checks the embedding provider, model and dimension recorded on them."""
     connection = connection_for(settings, writer=writer)
-    connection.wait_until_ready(wait_s)
     names = CollectionNames.with_prefix(settings.collection_prefix)
+    connection.wait_until_ready(wait_s)
     index = index_config(settings)
     setup = CollectionSetup(connection, names, index, metadata_keys=parse_keys(settings.metadata_filter_keys))
     deadline = time.monotonic() + wait_s
@@ -95,6 +95,14 @@ def open_milvus_stores(
         ),
         MilvusDocumentRegistry(connection, names, page_size=settings.store_page_size, key_scan_from_rows=key_scan_from),
     )
+
+
+def read_own_registry_writes(stores: MilvusStores) -> None:
+    """The sole writer's registry reads from now on wait only for its own writes (Session consistency,
+    milvus_connection.ConsistentReads) instead of Milvus' time tick: call it once the writer holds the
+    lease and its recovery has read the registry with the collections' own (Strong) consistency."""
+    names = stores.registry.names
+    stores.connection.read_consistency.update({names.documents: "Session", names.jobs: "Session"})
 
 
 def wal_flusher(settings: Settings, stores: MilvusStores) -> WalFlusher | None:

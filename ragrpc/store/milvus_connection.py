@@ -138,6 +138,10 @@ class MilvusConnection:
         self.read_groups = ReadGroups(max_keys=write_group_rows)
         self._linger = GroupLinger(group_linger_s)
         self._keep_loaded: set[str] = set()
+        # collection -> consistency level of this client's reads where it differs from the collection's own
+        # (the sole writer, once its recovery read the registry with Strong consistency, reads it with Session
+        # consistency: its own writes, without Strong's wait; ingest_service.__main__ sets it)
+        self.read_consistency: dict[str, str] = {}
         self.unflushed_since: float | None = None  # monotonic time of the first write since the last flush
         self.last_write_at = 0.0
 
@@ -148,7 +152,7 @@ class MilvusConnection:
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
-                self._client = self._connect()
+                self._client = ConsistentReads(self._connect(), self.read_consistency)
             return self._client
 
     def _connect(self) -> Any:
@@ -347,6 +351,35 @@ class GroupLinger:
             self.lingered += busy
         if busy:
             time.sleep(self.linger_s)
+
+
+class ConsistentReads:
+    """A pymilvus client whose reads (get, query, query_iterator) of the given collections use the given
+    consistency level unless the call names one. Milvus' Strong reads wait for the server's time tick (about
+    200 ms a read on Milvus 2.3); a Session read waits only for this process's own last write, which is
+    all the single writer needs of the registry it alone writes (reads of rows another process writes,
+    such as the writer lease, name Strong themselves)."""
+
+    def __init__(self, client: Any, levels: dict[str, str]) -> None:
+        self._client = client
+        self._levels = levels  # the connection's own dict: a level set later applies from then on
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _with_level(self, collection: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if collection in self._levels:
+            kwargs.setdefault("consistency_level", self._levels[collection])
+        return kwargs
+
+    def get(self, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._client.get(collection_name, *args, **self._with_level(collection_name, kwargs))
+
+    def query(self, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._client.query(collection_name, *args, **self._with_level(collection_name, kwargs))
+
+    def query_iterator(self, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._client.query_iterator(collection_name, *args, **self._with_level(collection_name, kwargs))
 
 
 def client_options(uri: str) -> dict[str, Any]:

@@ -96,6 +96,10 @@ class MilvusDocumentRegistry:
         self.page_size = checked_page_size(page_size)
         self.key_scan_from_rows = key_scan_from_rows
 
+    @property
+    def names(self) -> CollectionNames:
+        return self._names
+
     @translate_errors
     def get(self, tenant: str, document_id: str) -> DocumentRecord | None:
         found = self.get_many([document_key(tenant, document_id)])
@@ -209,7 +213,11 @@ class MilvusDocumentRegistry:
 
     @translate_errors
     def read_lease(self) -> WriterLeaseRecord | None:
-        rows = self._conn.call(lambda c: c.get(self._names.jobs, ids=[s.WRITER_LEASE_KEY], output_fields=[s.RECORD]))
+        rows = self._conn.call(  # Strong: another process may have written it
+            lambda c: c.get(
+                self._names.jobs, ids=[s.WRITER_LEASE_KEY], output_fields=[s.RECORD], consistency_level="Strong"
+            )
+        )
         return WriterLeaseRecord(**rows[0][s.RECORD]) if rows else None
 
     @translate_errors

@@ -13,7 +13,7 @@ from ragrpc.embeddings import SentenceTransformerEmbedder
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
-from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.factory import open_milvus_stores, read_own_registry_writes
 from ragrpc.store.request_filter import filter_from_request
 from ragrpc.testing import all_records
 
@@ -71,10 +71,13 @@ def test_schema_model_check_and_round_trip(milvus_settings: Settings, real_embed
     assert stores.chunks.count_chunks(f.eq(s.TENANT, "t1")) == 1
 
 
-def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("session_reads", [False, True], ids=["collection's consistency", "the writer's Session reads"])
+def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedder, session_reads: bool) -> None:  # type: ignore[no-untyped-def]
     stores = open_milvus_stores(
         milvus_settings, model_id=real_embedder.model_id, dimension=real_embedder.dimension, writer=True
     )
+    if session_reads:
+        read_own_registry_writes(stores)
     record = DocumentRecord(
         tenant="t1",
         document_id="doc-a",
@@ -94,6 +97,7 @@ def test_registry_round_trip_and_listing(milvus_settings: Settings, real_embedde
     by_tenant = f.FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS).eq(s.TENANT, "t1")
     assert stores.registry.list_keys(by_tenant, limit=10) == ["t1/doc-a", "t1/doc-b"]
     assert stores.registry.list_keys(by_tenant, after="t1/doc-a", limit=10) == ["t1/doc-b"]
+    assert stores.registry.read_lease() is None  # always read with Strong consistency
 
 
 def test_other_model_is_refused(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ragrpc.config import Settings
-from ragrpc.store.factory import open_milvus_stores
+from ragrpc.store.factory import open_milvus_stores, read_own_registry_writes
 from tests.support.chaos import ChaosRun
 from tests.support.milvus235 import Milvus235, running_or_skipped
 from tests.support.milvus_server import MilvusLiteServer, start_milvus_lite
@@ -33,6 +33,8 @@ MINUTES = float(os.environ.get("RAGRPC_CHAOS_MINUTES", "3"))
 
 def stores(settings: Settings, *, writer: bool) -> tuple[object, object]:
     opened = open_milvus_stores(settings, model_id="hashing-64", dimension=64, writer=writer, wait_s=120.0)
+    if writer:  # as the ingest service's main does after its recovery: Session reads of its own registry
+        read_own_registry_writes(opened)
     return opened.chunks, opened.registry
 
 
