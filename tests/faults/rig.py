@@ -198,15 +198,15 @@ async def run_matrix(rig: IngestRig, scenario: Scenario, kinds: tuple[FaultKind,
         plan = FaultPlan.at(number, kind)
         rig.arm(plan)
         outcome = await scenario.action(rig)
-        plan.clear()
         result.runs += 1
-        result.faults += len(plan.fired)
         where = f"{scenario.name}: call {number} ({call_name}) {kind.value}"
         try:
             if not outcome.ok:
                 for word in INTERNAL_WORDS:
                     assert word not in outcome.details, f"the error names an internal object: {outcome.details!r}"
-            await rig.settled()
+            await rig.settled()  # still armed: the k-th call may be one the service makes after answering
+            plan.clear()
+            result.faults += len(plan.fired)
             await scenario.recover(rig, outcome)
             await rig.settled()
             rig.check(fields=scenario.fields).assert_ok()

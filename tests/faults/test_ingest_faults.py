@@ -186,6 +186,7 @@ SCENARIOS = [
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 async def test_every_store_call_of_the_writer_fails_once(rig: IngestRig, scenario: Scenario) -> None:
     result = await run_matrix(rig, scenario, ALL_KINDS)
+    print(f"\n{scenario.name}: {result.calls} store calls, {result.runs} runs, {result.faults} faults injected")
     assert result.calls >= 3 and result.runs >= result.calls
     assert not result.violations, f"{len(result.violations)} of {result.runs} runs:\n" + "\n".join(
         result.violations[:25]
@@ -251,5 +252,6 @@ async def expect_recovered(rig: IngestRig) -> None:
 async def test_every_store_call_of_recovery_at_start_fails_once(rig: IngestRig) -> None:
     scenario = Scenario("recovery at start", interrupted_collection, recovery, restart, expect_recovered)
     result = await run_matrix(rig, scenario, ALL_KINDS)
+    print(f"\n{scenario.name}: {result.calls} store calls, {result.runs} runs, {result.faults} faults injected")
     assert result.calls >= 8
     assert not result.violations, "\n".join(result.violations[:25])

@@ -116,7 +116,9 @@ async def run_poll_matrix(rig: IngestRig, change: Callable[[IngestRig], Any], *,
     assert not view.problems(rig.registry.inner)
     calls = counting.calls[start:]
     violations: list[str] = []
-    for number, name, kind in fault_matrix(calls, ALL_KINDS):
+    runs = list(fault_matrix(calls, ALL_KINDS))
+    print(f"\npoll after {change.__name__}: {len(calls)} store calls, {len(runs)} runs")
+    for number, name, kind in runs:
         await populated(rig)
         view = QueryView.over(rig.chunks.inner, rig.registry.inner, FaultPlan.counting())
         view.follower.load()
@@ -157,7 +159,9 @@ async def test_every_store_call_of_the_start_up_load_fails_once(rig: IngestRig) 
     counting = FaultPlan.counting()
     QueryView.over(rig.chunks.inner, rig.registry.inner, counting).follower.load()
     violations = []
-    for number, name, kind in fault_matrix(list(counting.calls), ALL_KINDS):
+    runs = list(fault_matrix(list(counting.calls), ALL_KINDS))
+    print(f"\nstart-up load: {len(counting.calls)} store calls, {len(runs)} runs")
+    for number, name, kind in runs:
         plan = FaultPlan.at(number, kind)
         view = QueryView.over(rig.chunks.inner, rig.registry.inner, plan)
         try:
