@@ -140,8 +140,14 @@ class DocumentLifecycle:
 
     async def current(self, tenant: str, document_id: str) -> DocumentRecord | None:
         """The stored record, under the attempt's lock, with leftovers of an earlier attempt whose
-        bookkeeping the store refused removed first (before a new attempt overwrites the markers)."""
+        bookkeeping the store refused removed first (before a new attempt overwrites the markers). A
+        record marked for deletion is a delete to finish first (or one already finished that the store
+        still shows: a Milvus 2.3 server's Session read does not see a delete yet); the attempt then
+        starts as a first ingestion."""
         existing = await self._store(self._registry.get, tenant, document_id)
+        if existing is not None and existing.deleting:
+            await finish_despite_cancel(self._store(self._delete, existing))
+            return None
         if existing is not None and (existing.pending_generation or existing.stale_generation):
             await finish_despite_cancel(self._store(self._drop_leftovers, existing))
         return existing

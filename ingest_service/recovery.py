@@ -39,10 +39,11 @@ def settle_failed_attempt(
     attempt's, so that the same content uploaded again is ingested, not found unchanged - with
     `error` noted. A replaced version's leftover chunks go. An attempt that already switched (the
     store took the write but the reply was lost) stays ACTIVE; one that a later attempt
-    superseded is left alone."""
+    superseded is left alone. A record marked for deletion is never written back (its delete
+    finishes it; a Milvus 2.3 Session read may still show a row already deleted)."""
     tenant, document_id = attempt.tenant, attempt.document_id
     stored = registry.get(tenant, document_id)
-    if stored is None:
+    if stored is None or stored.deleting:  # gone, or its delete (which removes every chunk) owns it now
         if generation:
             chunks.delete_chunks(chunks_of_generation(tenant, document_id, generation))
         return
