@@ -25,7 +25,7 @@ from clients.events import (
     RetrievalSummary,
     RetrieveResults,
 )
-from clients.session import ReadYourWrites
+from clients.session import ReadYourWrites, recorded, with_session_token
 from clients.sync_client import DEFAULT_CHUNK_BYTES, UploadSource
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc, retrieve_pb2_grpc
 
@@ -153,16 +153,10 @@ class _AsyncClient:
             raise from_rpc_error(err) from err
 
     def _record(self, response: Any) -> Any:
-        """Hands a write's consistency token to the session (when there is one); returns the response."""
-        if self.session is not None:
-            self.session.record(response.consistency_token)
-        return response
+        return recorded(self.session, response)
 
     def _with_session(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Read options with the session's token, unless the caller passed one."""
-        if self.session is not None and not options.get("consistency_token"):
-            options["consistency_token"] = self.session.token
-        return options
+        return with_session_token(self.session, options)
 
     async def health(self, service: str | None = None, *, timeout: float | None = None) -> str:
         """The health status name of this client's service (or `service`; "" for the server)."""

@@ -19,6 +19,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from ragrpc import errors
 from ragrpc.consistency import ConsistencyToken
@@ -83,3 +84,17 @@ class ReadYourWrites:
     def clear(self) -> None:
         with self._lock:
             self._token = None
+
+
+def recorded(session: ReadYourWrites | None, response: Any) -> Any:
+    """`response` (a write's), its consistency token handed to the session when there is one."""
+    if session is not None:
+        session.record(response.consistency_token)
+    return response
+
+
+def with_session_token(session: ReadYourWrites | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Read options with the session's token, unless the caller passed one."""
+    if session is not None and not options.get("consistency_token"):
+        options["consistency_token"] = session.token
+    return options
