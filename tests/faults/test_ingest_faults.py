@@ -8,7 +8,6 @@ is not stored is ingested, never answered `unchanged`; no error names an interna
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -30,15 +29,6 @@ from tests.faults.rig import (
     content_hash,
     run_matrix,
 )
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[IngestRig]:
-    started = await IngestRig.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
 
 
 async def nothing(rig: IngestRig) -> None:

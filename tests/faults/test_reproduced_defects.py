@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -34,15 +33,6 @@ from ragrpc.testing.invariants import check_query_view, check_store
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 from tests.faults.rig import CONTENTS, V1, V2, IngestRig, content_hash, upload_messages
 from tests.support.rpc_details import rpc_details
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[IngestRig]:
-    started = await IngestRig.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
 
 
 async def test_1_a_replacement_whose_commit_fails_keeps_the_old_record_and_a_retry_ingests_it(rig: IngestRig) -> None:
