@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ingest_service.app import build_components, run_recovery, start_ingest_server
+from ingest_service.app import build_components, run_recovery, start_document_workers, start_ingest_server
 from ingest_service.writer_lease import WriterLease
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import Metrics, start_metrics_http_server
 from ragrpc.server import RunningServer, freeze_startup_heap, run_service_main, serve_until_signalled
-from ragrpc.store.factory import open_milvus_stores, wal_flusher
+from ragrpc.store.factory import open_milvus_stores, read_own_registry_writes, wal_flusher
 from ragrpc.store.wal_flusher import supervised_flusher
 from ragrpc.supervised import SupervisedLoop, watch_health
 
@@ -65,6 +65,8 @@ async def main() -> None:
     if flusher is not None:
         logger.info("flushing written collections after %.1fs without writes", settings.milvus_flush_idle_s)
     await run_recovery(components)
+    read_own_registry_writes(stores)
+    await start_document_workers(components)
     logger.info("start-up heap frozen: %d objects kept out of garbage collection", freeze_startup_heap())
     running = await start_ingest_server(settings, components, metrics=metrics)
     renewal = lease_renewal(lease, metrics)

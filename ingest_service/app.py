@@ -4,7 +4,7 @@ injected ones in tests) and starts the gRPC server."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ingest_service.admission import AdmissionGate
 from ingest_service.byte_budget import ByteBudget
 from ingest_service.chunk_planner import ChunkPlannerImpl
-from ingest_service.clean import clean_blocks
+from ingest_service.document_workers import DocumentWorkers
 from ingest_service.documents import DocumentService
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.extract import build_default_registry
@@ -22,15 +22,17 @@ from ingest_service.ingestions import Ingestions
 from ingest_service.jobs import IngestJobRunner
 from ingest_service.lifecycle import DocumentLifecycle
 from ingest_service.pipeline import IngestPipeline
+from ingest_service.preparation import build_preparer, clean_document
 from ingest_service.servicer import IngestServicer
 from ingest_service.writer_lease import FencedChunkStore, FencedRegistry, WriterLease
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.enrich import build_enrichers
+from ragrpc.logging_setup import configure_logging
 from ragrpc.metrics import IngestMetricsObserver, Metrics, MetricsInterceptor
-from ragrpc.models import ExtractedDocument
 from ragrpc.server import RunningServer, ServiceRegistration, host_service
 from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.tokens import TokenCounter
 from ragrpc.tracing import NoopTracer, Tracer, tracer_from_setting
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -38,10 +40,6 @@ logger = logging.getLogger(__name__)
 
 STORE_THREADS = 16
 SERVICE_NAME = ingest_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
-
-
-def clean_document(document: ExtractedDocument) -> ExtractedDocument:
-    return dataclasses.replace(document, blocks=clean_blocks(document.blocks))
 
 
 @dataclass
@@ -59,6 +57,7 @@ class IngestComponents:
     spool_executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix="upload-spool")
     )
+    workers: DocumentWorkers | None = None  # the processes that prepare documents (RAGRPC_INGEST_PROCESSES)
 
     async def stop(self, grace_s: float) -> None:
         """At shutdown: running jobs and ingestions get `grace_s` to finish, the rest is rolled back."""
@@ -67,10 +66,13 @@ class IngestComponents:
         await self.lifecycle.close()
 
     def shutdown(self) -> None:
-        """Stops both executors without waiting for queued work (recovery finishes it at start)."""
+        """Stops the executors without waiting for queued work (recovery finishes it at start), and the
+        document workers."""
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.store_executor.shutdown(wait=False, cancel_futures=True)
         self.spool_executor.shutdown(wait=False, cancel_futures=True)
+        if self.workers is not None:
+            self.workers.close()
 
 
 def build_components(
@@ -103,6 +105,7 @@ def build_components(
         max_chunks_per_document=settings.max_chunks_per_document,
         embed=embedder.embed_documents,
     )
+    workers = document_workers(settings, counter, embedder.max_tokens, getattr(chunks, "stores_analysed_terms", False))
     batcher = EmbeddingBatcher(
         embedder.embed_documents,
         batch_size=settings.embedding_call_size,
@@ -137,6 +140,7 @@ def build_components(
             settings.enrichers,
             on_failure=(lambda name: metrics.enricher_failures.labels(name).inc()) if metrics else None,
         ),
+        workers=workers,
     )
     ingestions = Ingestions(pipeline, concurrency=settings.ingest_concurrency)
     documents = DocumentService(registry, lifecycle)
@@ -145,8 +149,31 @@ def build_components(
         metrics.ingest_queue_depth.set_function(lambda: gate.pending)
     jobs = IngestJobRunner(ingestions, registry, executor, gate)
     return IngestComponents(
-        pipeline, lifecycle, ingestions, documents, jobs, executor, gate, store_executor, tracer=tracer
+        pipeline, lifecycle, ingestions, documents, jobs, executor, gate, store_executor, tracer=tracer, workers=workers
     )
+
+
+def document_workers(
+    settings: Settings, counter: TokenCounter, window: int, bm25_terms: bool
+) -> DocumentWorkers | None:
+    """The worker processes that prepare documents (RAGRPC_INGEST_PROCESSES; None for -1), each with a
+    preparer built from the same settings and token counter, logging as the service does; with
+    `bm25_terms` (a store that keeps each chunk's analysed terms) they analyse them too. They start
+    with the first document, or at `start_document_workers`."""
+    processes = settings.document_worker_processes
+    if processes == 0:
+        return None
+    return DocumentWorkers(
+        functools.partial(build_preparer, settings, counter, window, bm25_terms=bm25_terms),
+        processes,
+        setup=functools.partial(configure_logging, settings.log_level, "ingest", settings.log_format),
+    )
+
+
+async def start_document_workers(components: IngestComponents) -> None:
+    """Starts the document workers before the service serves, so the first documents do not wait for them."""
+    if components.workers is not None:
+        await asyncio.to_thread(components.workers.start)
 
 
 async def start_ingest_server(

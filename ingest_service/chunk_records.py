@@ -35,10 +35,15 @@ def build_chunk_records(
     drafts: list[ChunkDraft],
     vectors: np.ndarray,
     generation: str,
+    bm25_terms: list[str] | None = None,
 ) -> list[ChunkRecord]:
+    """The records of `drafts` with their vectors; `bm25_terms`: each draft's analysed BM25 terms joined
+    by spaces (ingest_service.preparation), when they were analysed already."""
     now = int(time.time())
     records: list[ChunkRecord] = []
-    for draft, vector in zip(drafts, vectors, strict=True):
+    metadata = {**facts.facts, **item.spec.metadata}
+    terms: list[str | None] = list(bm25_terms) if bm25_terms is not None else [None] * len(drafts)
+    for draft, vector, analysed in zip(drafts, vectors, terms, strict=True):
         parent_id = ""
         if draft.parent_index >= 0:
             parent_id = chunk_id_for(item.tenant, document_id, generation, draft.parent_index)
@@ -65,10 +70,17 @@ def build_chunk_records(
                 tags=tuple(item.spec.tags),
                 doc_date=facts.doc_date,
                 created_at=now,
-                metadata={**facts.facts, **item.spec.metadata},
+                metadata=dict(metadata),
+                bm25_terms=_split_terms(analysed),
             )
         )
     return records
+
+
+def _split_terms(joined: str | None) -> tuple[str, ...] | None:
+    if joined is None:
+        return None
+    return tuple(joined.split(" ")) if joined else ()
 
 
 def mean_direction(vectors: list[np.ndarray], dimension: int) -> np.ndarray:

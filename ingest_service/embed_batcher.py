@@ -95,10 +95,16 @@ class EmbeddingBatcher:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_wait_s
         while size < self._batch_size:
-            try:
-                request = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                break
+            try:  # what is queued already is taken as it is (a wait_for costs a task and a timer)
+                request = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    request = await asyncio.wait_for(self._queue.get(), left)
+                except TimeoutError:
+                    break
             batch.append(request)
             size += len(request.texts)
         return batch

@@ -9,6 +9,12 @@ generation is the registry's current one, so until the registry switch the old v
 fields (begin, commit, fail, and the locks that order them against update and delete) is made
 by `DocumentLifecycle`; this module does the work in between (extract, chunk, embed, write).
 
+Where the work runs: the lifecycle, the embedding calls and the store writes stay on the event loop
+and its threads; a document's preparation (extract, clean, metadata, chunk, frame what is embedded
+and what BM25 indexes: ingest_service.preparation) runs on one of the document worker processes
+(ingest_service.document_workers, RAGRPC_INGEST_PROCESSES) when there are some, so the service's
+interpreter only moves the bytes in and the drafts out.
+
 Cancellation: an attempt cancelled by a delete of its document, by the document timeout or at
 shutdown is rolled back (after its store writes still running have finished) before the
 cancellation goes on; a delete turns into ABORTED for whoever waited for the ingestion.
@@ -19,45 +25,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from ingest_service.attempts import Attempt
 from ingest_service.byte_budget import ByteBudget
 from ingest_service.chunk_records import build_chunk_records, mean_direction
-from ingest_service.document_facts import DocumentFacts, gather_facts, no_text_message
+from ingest_service.document_facts import DocumentFacts
+from ingest_service.document_workers import DocumentWorkers
 from ingest_service.embed_batcher import EmbeddingBatcher
 from ingest_service.lifecycle import DocumentLifecycle
+from ingest_service.preparation import (
+    ChunkPlanner,
+    DocumentExtractor,
+    DocumentPreparer,
+    ExtractionStats,
+    FramedDocument,
+    needs_model,
+)
 from ingest_service.requests import IngestItem, derived_document_id, validate_spec
 from ingest_service.reupload import reingest_reason
 from ragrpc import errors
-from ragrpc.context_header import embedded_text
 from ragrpc.embeddings import Embedder
 from ragrpc.enrich import Enrichers
 from ragrpc.models import ChunkDraft, ChunkKind, DocumentRecord, DocumentState, ExtractedDocument
 from ragrpc.store.base import ChunkStore
-from ragrpc.tokens import KeptShortCounts, TokenCounter
-from ragrpc.tracing import NoopTracer, Tracer
+from ragrpc.tokens import TokenCounter
+from ragrpc.tracing import NoopTracer, SpanHandle, Tracer
 
 logger = logging.getLogger(__name__)
 
-
-class DocumentExtractor(Protocol):
-    def extract(
-        self, data: bytes, *, file_name: str = "", media_type: str = "", password: str = ""
-    ) -> ExtractedDocument: ...
-
-
-class ChunkPlanner(Protocol):
-    """Turns an extracted document into chunk drafts for a strategy and sizes."""
-
-    def plan(self, document: ExtractedDocument, strategy: str, size: int, overlap: int) -> list[ChunkDraft]: ...
+__all__ = ["ChunkPlanner", "DocumentExtractor", "IngestOutcome", "IngestPipeline", "ProgressEvent"]
 
 
 @dataclass
@@ -120,16 +122,27 @@ class IngestPipeline:
         context_headers: bool = False,
         header_counter: TokenCounter | None = None,
         enrichers: Enrichers | None = None,
+        workers: DocumentWorkers | None = None,
     ) -> None:
+        """workers: the processes that prepare documents (extract, clean, chunk, frame); None: the
+        preparation runs in `executor`'s threads. Documents whose chunking calls the model (the
+        semantic strategy) are prepared in `executor` either way."""
         self._enrichers = enrichers  # document-level knowledge (ragrpc.enrich; RAGRPC_ENRICHERS); None: none
-        self._context_headers = context_headers
-        # counts model tokens to cut context headers; made once (a counter copies the model's
-        # tokenizer: ~15 ms, which per document on the event loop cost ingestion a third of its rate)
-        self._header_counter = header_counter
         self._tracer = tracer or NoopTracer()  # stage spans: extract, chunk, embed, write
         self._memory = memory or ByteBudget(1 << 62)
-        self._extractor = extractor
         self._planner = planner
+        self._workers = workers
+        # the counter that cuts context headers is made once (a counter copies the model's tokenizer:
+        # ~15 ms, which per document on the event loop cost ingestion a third of its rate)
+        self._preparer = DocumentPreparer(
+            extractor=extractor,
+            planner=planner,
+            clean=clean,
+            enrichers=enrichers,
+            context_headers=context_headers,
+            header_counter=(lambda: header_counter) if header_counter is not None else embedder.token_counter,
+            window=embedder.max_tokens,
+        )
         self._embedder = embedder
         self._batcher = batcher
         self._chunks = chunks
@@ -137,7 +150,6 @@ class IngestPipeline:
         self._executor = executor
         self._batch = embed_batch_size
         self._timeout_s = document_timeout_s
-        self._clean = clean
         self._observer = observer
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -271,25 +283,17 @@ class IngestPipeline:
         doc_id, state = record.document_id, record.state
         report(ProgressEvent(doc_id, "extracting", state))
         async with self._memory.hold(item.size):  # the bytes, the text and the drafts are in memory here
-            with self._tracer.span(
-                "extract", size_bytes=item.size, media_type=item.spec.media_type or None, file_name=item.spec.file_name
-            ) as span:
-                extracted, facts = await self._run(self._extract_and_gather, item)
-                span.set(media_type=extracted.media_type, blocks=len(extracted.blocks), chars=len(extracted.text))
-            report(ProgressEvent(doc_id, "chunking", state))
-            with self._tracer.span("chunk", strategy=item.spec.chunking_strategy) as span:
-                drafts, embedded_texts = await self._run(self._plan_and_frame, item, extracted, facts)
-                span.set(chunks=len(drafts), chunker=drafts[0].chunker if drafts else None)
-            if not drafts:
-                if record.state != DocumentState.ACTIVE:  # a replacement keeps the facts of its old version
-                    facts.apply_to(record)  # the FAILED record shows the pages without text, page count, title
-                raise errors.InvalidInputError(no_text_message(extracted), reason="NO_TEXT")
-            del extracted  # only the drafts are needed from here
+            facts, framed = await self._prepare(item, lambda: report(ProgressEvent(doc_id, "chunking", state)))
+        drafts = framed.drafts
+        if not drafts:
+            if record.state != DocumentState.ACTIVE:  # a replacement keeps the facts of its old version
+                facts.apply_to(record)  # the FAILED record shows the pages without text, page count, title
+            raise errors.InvalidInputError(framed.no_text, reason="NO_TEXT")
         facts.chunker = drafts[0].chunker.split("/")[0]
         with self._tracer.span(
             "embed", **{"gen_ai.operation.name": "embeddings", "gen_ai.request.model": self._embedder.model_id}
         ) as span:
-            written = await self._embed_and_write(item, attempt, facts, drafts, embedded_texts, report)
+            written = await self._embed_and_write(item, attempt, facts, framed, report)
             span.set(chunks=written, batches=-(-written // self._batch) if written else 0)
         facts.apply_to(record)
         with self._tracer.span("write", generation=attempt.generation, replacing=attempt.existing is not None):
@@ -297,51 +301,58 @@ class IngestPipeline:
         report(ProgressEvent(doc_id, "done", DocumentState.ACTIVE, committed.chunk_count, written))
         return IngestOutcome(committed, unchanged=False, chunks_written=written)
 
-    # The per-document CPU work runs in the executor, two calls a document: extraction with the
-    # document's facts (language guess, the enrichers' facts and header terms), then chunking with the
-    # texts to embed (context headers cut by model tokens). On the event loop, the facts and the
-    # headers took 25 % of its time at 2,500 documents (py-spy), and every document's progress
-    # and store calls waited behind them.
-    def _extract_and_gather(self, item: IngestItem) -> tuple[ExtractedDocument, DocumentFacts]:
-        extracted = self._extract_and_clean(item)
-        return extracted, gather_facts(item, extracted, self._enrichers, self._chunks.metadata_fields)
-
-    def _plan_and_frame(
-        self, item: IngestItem, extracted: ExtractedDocument, facts: DocumentFacts
-    ) -> tuple[list[ChunkDraft], list[str]]:
-        """The drafts, and what is embedded of each retrievable one (in their order)."""
-        spec = item.spec
-        drafts = self._planner.plan(
-            extracted, spec.chunking_strategy, spec.chunk_size_tokens, spec.chunk_overlap_tokens
+    async def _prepare(self, item: IngestItem, chunking: Callable[[], None]) -> tuple[DocumentFacts, FramedDocument]:
+        """Extracts, cleans, gathers facts, chunks and frames the document (ingest_service.preparation)
+        on a worker process, or in the CPU executor (no workers, or a chunking that calls the model);
+        `chunking()` once it is extracted. Two stages, two trace spans: extract and chunk."""
+        fields = self._chunks.metadata_fields
+        extract_span = self._tracer.span(
+            "extract", size_bytes=item.size, media_type=item.spec.media_type or None, file_name=item.spec.file_name
         )
-        text = self._embedded_text(facts.title, {**facts.facts, **spec.metadata})
-        return drafts, [text(d) for d in drafts if d.kind == ChunkKind.RETRIEVABLE]
-
-    def _extract_and_clean(self, item: IngestItem) -> ExtractedDocument:
+        if self._workers is None or needs_model(item.spec):
+            with extract_span as span:
+                extracted, facts = await self._run(self._preparer.extract, item, fields)
+                _set_extraction(span, ExtractionStats.of(extracted))
+            chunking()
+            with self._tracer.span("chunk", strategy=item.spec.chunking_strategy) as span:
+                framed = await self._run(self._preparer.frame, item, extracted, facts)
+                _set_chunking(span, framed)
+            return facts, framed
+        preparation = self._workers.submit(item, fields)
         try:
-            extracted = self._extractor.extract(
-                item.read(), file_name=item.spec.file_name, media_type=item.spec.media_type, password=item.spec.password
-            )
-        except Exception as exc:
-            # The traceback's frames hold the document's bytes (and a parser's state) until the error
-            # is collected, which is after the memory budget was given to the next document.
-            _clear_frames(exc)
-            raise
-        return self._clean(extracted)
+            with extract_span as span:
+                _set_extraction(span, await preparation.extracted())
+            chunking()
+            with self._tracer.span("chunk", strategy=item.spec.chunking_strategy) as span:
+                prepared = await preparation.prepared()
+                _set_chunking(span, prepared.framed)
+        finally:
+            preparation.cancel()  # a no-op once it ended: else it stops the worker still busy with it
+        if self._enrichers is not None:
+            for name in prepared.enricher_failures:  # the worker's enrichers failed: counted here
+                self._enrichers.count_failure(name)
+        return prepared.facts, prepared.framed
 
     async def _embed_and_write(
         self,
         item: IngestItem,
         attempt: Attempt,
         facts: DocumentFacts,
-        drafts: list[ChunkDraft],
-        embedded_texts: list[str],
+        framed: FramedDocument,
         report: ProgressCallback,
     ) -> int:
-        """Embeds retrievable drafts (as `embedded_texts`, one per retrievable draft) in batches;
+        """Embeds retrievable drafts (as `framed.embedded_texts`, one per retrievable draft) in batches;
         writing batch k overlaps embedding batch k+1. PARENT drafts (context only) are not
         embedded: they get the normalised mean of their children's vectors."""
         record, generation = attempt.record, attempt.generation
+        drafts, embedded_texts = framed.drafts, framed.embedded_texts
+        analysed = (
+            dict(zip((d.chunk_index for d in drafts), framed.bm25_terms, strict=True)) if framed.bm25_terms else {}
+        )
+
+        def terms(batch: list[ChunkDraft]) -> list[str] | None:
+            return [analysed[d.chunk_index] for d in batch] if analysed else None
+
         searchable = [d for d in drafts if d.kind == ChunkKind.RETRIEVABLE]
         parents = [d for d in drafts if d.kind == ChunkKind.PARENT]
         total = len(searchable)
@@ -356,7 +367,7 @@ class IngestPipeline:
                 for draft, vector in zip(batch, vectors, strict=True):
                     if draft.parent_index >= 0:
                         child_vectors.setdefault(draft.parent_index, []).append(vector)
-                rows = build_chunk_records(item, record.document_id, facts, batch, vectors, generation)
+                rows = build_chunk_records(item, record.document_id, facts, batch, vectors, generation, terms(batch))
                 if pending_write is not None:
                     await pending_write
                 pending_write = asyncio.ensure_future(attempt.call(self._chunks.insert_chunks, rows))
@@ -372,35 +383,18 @@ class IngestPipeline:
             vectors = np.stack(
                 [mean_direction(child_vectors.get(p.chunk_index, []), self._embedder.dimension) for p in parents]
             )
-            rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation)
+            rows = build_chunk_records(item, record.document_id, facts, parents, vectors, generation, terms(parents))
             await attempt.call(self._chunks.insert_chunks, rows)
         return embedded
-
-    def _embedded_text(self, title: str, metadata: dict[str, str]) -> Callable[[ChunkDraft], str]:
-        """What is embedded of a draft: its text, after its context header when those are on, the
-        header cut to what the draft leaves free of the model's window (`header_budget`)."""
-        if not self._context_headers:
-            return lambda draft: draft.text
-        if self._header_counter is None:
-            self._header_counter = self._embedder.token_counter()
-        # a document's chunks share their header: its count is kept for the next chunk
-        counter, window = KeptShortCounts(self._header_counter), self._embedder.max_tokens
-
-        return lambda draft: embedded_text(
-            title, draft.section_path, metadata, draft.text, counter, window, draft.token_bound
-        )
 
     async def _fail(self, attempt: Attempt, error: errors.RagrpcError, report: ProgressCallback) -> None:
         await self._lifecycle.fail(attempt, error)
         report(ProgressEvent.failed(attempt.record.document_id, error))
 
 
-def _clear_frames(exc: BaseException) -> None:
-    """Drops the local variables of the frames in `exc`'s traceback and in those of its causes."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if current.__traceback__ is not None:
-            traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__
+def _set_extraction(span: SpanHandle, stats: ExtractionStats) -> None:
+    span.set(media_type=stats.media_type, blocks=stats.blocks, chars=stats.chars)
+
+
+def _set_chunking(span: SpanHandle, framed: FramedDocument) -> None:
+    span.set(chunks=len(framed.drafts), chunker=framed.drafts[0].chunker if framed.drafts else None)

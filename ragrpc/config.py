@@ -247,6 +247,14 @@ class Settings:
         "RAGRPC_EMBEDDING_STREAMS calls of RAGRPC_EMBEDDING_CALL_SIZE chunks with more waiting)",
         group=INGESTION,
     )
+    ingest_processes: int = _setting(
+        0,
+        "RAGRPC_INGEST_PROCESSES",
+        "Worker processes of the ingest service that extract, clean, chunk and frame documents, one document at a "
+        "time each (0: one per core); -1: none, that work runs in the service's own threads (RAGRPC_WORKERS). A worker "
+        "that dies is replaced and its document prepared once more; one busy past RAGRPC_DOCUMENT_TIMEOUT_S is killed",
+        group=INGESTION,
+    )
     query_instruction: str = _setting(
         "",
         "RAGRPC_QUERY_INSTRUCTION",
@@ -627,6 +635,17 @@ class Settings:
     @property
     def cpu_workers(self) -> int:
         return self.workers or (os.cpu_count() or 1)
+
+    @property
+    def document_worker_processes(self) -> int:
+        """The ingest service's document worker processes (RAGRPC_INGEST_PROCESSES); 0: none."""
+        if self.ingest_processes < -1:
+            raise ValueError(
+                f"RAGRPC_INGEST_PROCESSES must be -1 (none), 0 (one per core) or more, got {self.ingest_processes}"
+            )
+        if self.ingest_processes == -1:
+            return 0
+        return self.ingest_processes or (os.cpu_count() or 1)
 
 
 def _convert(f: dataclasses.Field[Any], raw: str) -> Any:

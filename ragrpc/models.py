@@ -128,7 +128,9 @@ class ChunkRecord:
     parent_text: str = ""  # filled at query time for child chunks when asked; never stored
     # The analysed terms BM25 indexes (header and text), read by scan_chunks(with_bm25_terms=True) from a
     # store that keeps them (chunks schema 2, ragrpc.store.bm25_text); None: not read, analyse the text.
-    # Never written from here: the store derives them from the chunk.
+    # On a write the store derives them from the chunk, unless the ingest pipeline gave them (its document
+    # workers analysed them, same analyser and settings); a writer that changes a chunk's title, section
+    # path, metadata or text passes None.
     bm25_terms: tuple[str, ...] | None = None
 
 

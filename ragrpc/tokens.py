@@ -132,6 +132,11 @@ class TiktokenCounter:
         self.encoding_name = encoding_name
         self._encoding = tiktoken.get_encoding(encoding_name)
 
+    def __reduce__(self) -> tuple[type[TiktokenCounter], tuple[str]]:
+        # By name, made again where it is unpickled (the ingest service's document workers): tiktoken's
+        # own pickling looks the encoding up without installing the offline copy first, and downloads.
+        return (TiktokenCounter, (self.encoding_name,))
+
     def count(self, text: str) -> int:
         return len(self._encoding.encode(text, disallowed_special=())) if text else 0
 

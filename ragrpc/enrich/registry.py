@@ -126,15 +126,20 @@ class Enrichers:
                 filters.setdefault(key, tuple(values))
         return QueryAnalysis(tuple(terms), MappingProxyType(filters))
 
+    def count_failure(self, name: str) -> None:
+        """Counts a failed call of enricher `name` (also one that ran in another process, such as the
+        ingest service's document workers, which build their own enrichers from the same setting)."""
+        with self._lock:
+            self.failures[name] += 1
+        if self._on_failure is not None:
+            self._on_failure(name)
+
     def _guarded(self, plugin: object, call: str, run: Callable[[], T]) -> T | None:
         try:
             return run()
         except Exception as exc:  # noqa: BLE001 - a plug-in's failure costs only its own contribution
             name = _name(plugin)
-            with self._lock:
-                self.failures[name] += 1
-            if self._on_failure is not None:
-                self._on_failure(name)
+            self.count_failure(name)
             logger.warning(
                 "enricher %s failed in %s (%s: %s); its contribution is left out",
                 name,

@@ -23,9 +23,11 @@ service's RAGRPC_CONTEXT_HEADERS, which the two services share.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from ragrpc.analyzer import Analyzer
-from ragrpc.context_header import bm25_text
+from ragrpc.context_header import context_header, with_header
 from ragrpc.models import ChunkRecord
 from ragrpc.store import schema as s
 
@@ -38,9 +40,20 @@ class Bm25Text:
         self._context_headers = context_headers
 
     def document(self, chunk: ChunkRecord) -> str:
-        """The terms of the chunk's header and text, cut at a term boundary to the field's length."""
-        terms = " ".join(self._analyzer.analyze(bm25_text(chunk, context_headers=self._context_headers)))
-        return _cut(terms, s.VARCHAR_LIMITS[s.BM25_TEXT])
+        """The terms of the chunk's header and text, cut at a term boundary to the field's length: its
+        `bm25_terms` when it comes with them (analysed by the ingest service's document workers, with
+        an analyser built from the same settings), else analysed here."""
+        terms = chunk.bm25_terms
+        if terms is None:
+            terms = self.terms(chunk.title, chunk.section_path, chunk.metadata, chunk.text)
+        return _cut(" ".join(terms), s.VARCHAR_LIMITS[s.BM25_TEXT])
+
+    def terms(
+        self, title: str, section_path: tuple[str, ...], metadata: Mapping[str, Any], text: str
+    ) -> tuple[str, ...]:
+        """The analysed terms of a chunk's header and text (`ragrpc.context_header.bm25_text`)."""
+        header = context_header(title, section_path, metadata, text) if self._context_headers else ""
+        return tuple(self._analyzer.analyze(with_header(header, text)))
 
     def query(self, text: str) -> str:
         """The query's terms; empty when it has none (only stop words or punctuation)."""

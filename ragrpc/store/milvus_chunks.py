@@ -139,6 +139,12 @@ class MilvusChunkStore:
         return False
 
     @property
+    def stores_analysed_terms(self) -> bool:
+        """Whether each row keeps its chunk's analysed BM25 terms (chunks schema 2, ragrpc.store.bm25_text):
+        then a chunk that comes with them (`ChunkRecord.bm25_terms`) is written with those."""
+        return self._setup.bm25_analysed
+
+    @property
     def upsert_keeps_partitions(self) -> bool:
         return self._setup.upsert_keeps_partitions
 

@@ -174,8 +174,13 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     )
     pids = (stack.ingest.pid, stack.query.pid)
     stores = stack.reader_stores()
-    big = next(c for c in hi.corpus_files(("html",)) if c.path.name == "docling__wiki_duck.html")
-    document_id = "duck-wiki"
+    # Long enough that the store stops while it is written: the shared corpus' Markdown documents as one
+    # (about 150 KB of text, 200+ chunks; the duck article alone, 32 chunks, was once written whole
+    # within one 0.1 s poll of this test).
+    markdown = sorted(hi.corpus_files(("markdown",)), key=lambda c: -c.path.stat().st_size)
+    payload = b"\n\n".join(c.path.read_bytes() for c in markdown)
+    big_name = "shared-markdown.md"
+    document_id = "long-markdown"
     of_document = f.eq(s.DOCUMENT_ID, document_id)
     result: dict[str, Any] = {}
 
@@ -183,8 +188,8 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
         result["outcome"] = call_outcome(
             lambda: upload(
                 stack.ingest.address,
-                ingest_pb2.DocumentSpec(file_name=big.path.name, document_id=document_id),
-                big.path.read_bytes(),
+                ingest_pb2.DocumentSpec(file_name=big_name, document_id=document_id),
+                payload,
                 timeout_s=300,
             )
         )
@@ -223,8 +228,8 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
         time.sleep(2.0)
     again = upload(
         stack.ingest.address,
-        ingest_pb2.DocumentSpec(file_name=big.path.name, document_id=document_id),
-        big.path.read_bytes(),
+        ingest_pb2.DocumentSpec(file_name=big_name, document_id=document_id),
+        payload,
         timeout_s=600,
     )
     report = check_store(stores.chunks, stores.registry)

@@ -101,3 +101,35 @@ def test_stored_terms_share_one_string_per_term_across_chunks() -> None:
     second = stored_terms("".join(["duck ", "wetland"]))
     assert first is not None and second is not None
     assert first[0] is second[1] and first[1] is second[0]
+
+
+def test_the_document_workers_terms_are_written_as_the_store_would_analyse_them() -> None:
+    """The ingest service's document workers analyse each draft's terms (ingest_service.preparation, an
+    analyser built from the same settings); the records carry them and the store writes them as they are,
+    the same field it would have derived itself."""
+    import dataclasses
+
+    import numpy as np
+
+    from ingest_service.chunk_records import build_chunk_records
+    from ingest_service.preparation import build_preparer
+    from ingest_service.requests import DocumentSpecInput, IngestItem
+    from ragrpc.config import Settings
+    from ragrpc.tokens import WordTokenCounter
+
+    settings = dataclasses.replace(Settings(), chunk_size_tokens=40, chunk_overlap_tokens=0)
+    preparer = build_preparer(settings, WordTokenCounter(), 256, bm25_terms=True)
+    text = "# Wetland survey\n\n## Birds\n\n" + " ".join(["Ducks were swimming in the ponds at dawn."] * 12)
+    item = IngestItem("t", DocumentSpecInput(document_id="d1", file_name="survey.md"), text.encode())
+    extracted, facts = preparer.extract(item, None)
+    framed = preparer.frame(item, extracted, facts)
+    assert len(framed.drafts) > 1 and framed.bm25_terms is not None
+    vectors = np.zeros((len(framed.drafts), 4), dtype=np.float32)
+    given = build_chunk_records(item, "d1", facts, framed.drafts, vectors, "g1", framed.bm25_terms)
+    derived = build_chunk_records(item, "d1", facts, framed.drafts, vectors, "g1")
+    store = Bm25Text(EnglishAnalyzer(), context_headers=settings.context_headers)
+    assert all(record.bm25_terms for record in given) and all(record.bm25_terms is None for record in derived)
+    assert [store.document(r) for r in given] == [store.document(r) for r in derived]
+    assert [store.document(r) for r in derived] == [
+        " ".join(EnglishAnalyzer().analyze(bm25_text(r, context_headers=True))) for r in derived
+    ]
