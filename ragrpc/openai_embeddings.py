@@ -5,6 +5,11 @@ client is shared by them.
 
 - Texts go out `request_size` per request, in order; vectors come back as L2-normalised float32,
   normalised here too (servers need not: TEI with normalize=false, some vLLM pooling settings).
+- Vectors are asked for as base64 (`encoding_format`), and the answer's JSON is read here, straight
+  into one float32 matrix: the openai package's own parsing builds a Python object per component,
+  which cost an ingest service more CPU than everything else it does for a chunk beside a fast
+  endpoint (docs/benchmarks.md, ingest_ceiling). An endpoint that answers floats anyway is read as
+  well; one that refuses base64 at warm-up (HTTP 400 or 422) is asked for floats from then on.
 - `dimensions` > 0 is sent with every request (Matryoshka models such as text-embedding-3-*);
   0 sends none and takes the model's own dimension.
 - warm_up() sends one request: it learns the dimension (or checks the requested one) and fails at
@@ -24,6 +29,10 @@ client is shared by them.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -35,10 +44,13 @@ from ragrpc import deadlines, errors
 from ragrpc.config import BUNDLED_MODEL, Settings
 from ragrpc.tokens import SUPPORTED_ENCODINGS, HfTokenCounter, TiktokenCounter, TokenCounter
 
+logger = logging.getLogger(__name__)
+
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRIABLE_STATUS = frozenset({408, 409, 429})
 _DETAIL_CHARS = 300
+_BASE64_REFUSED = frozenset({400, 422})  # what a server that knows no `encoding_format: base64` answers
 
 
 def remote_token_counter(tokenizer: str) -> TokenCounter:
@@ -87,6 +99,7 @@ class OpenAiEmbedder:
         self._tokenizer = tokenizer
         self._query_instruction = query_instruction
         self._streams = streams
+        self._encoding = "base64"  # "float" once the endpoint refused base64 at warm-up
         self._client: Any = None
         self._counter: TokenCounter | None = None
         self._warm = False
@@ -128,7 +141,15 @@ class OpenAiEmbedder:
         with self._warm_lock:
             if self._warm:
                 return
-            self._dimension = int(self._request(["warm up"]).shape[1])
+            try:
+                probe = self._request(["warm up"])
+            except errors.PreconditionError as exc:
+                if exc.metadata.get("http_status") not in {str(s) for s in _BASE64_REFUSED}:
+                    raise
+                logger.info("%s refused base64 embeddings (%s); asking for floats", self._where, exc.message)
+                self._encoding = "float"
+                probe = self._request(["warm up"])
+            self._dimension = int(probe.shape[1])
             self._warm = True
 
     def close(self) -> None:
@@ -178,7 +199,11 @@ class OpenAiEmbedder:
         import openai
 
         # The API refuses an empty string as input; a space embeds the same nothing.
-        body: dict[str, Any] = {"model": self._model, "input": [t or " " for t in texts], "encoding_format": "float"}
+        body: dict[str, Any] = {
+            "model": self._model,
+            "input": [t or " " for t in texts],
+            "encoding_format": self._encoding,
+        }
         if self._requested_dimensions:
             body["dimensions"] = self._requested_dimensions
         client = self._get_client()
@@ -188,10 +213,12 @@ class OpenAiEmbedder:
                 max_retries=self._max_retries if max_retries is None else max_retries,
             )
         try:
-            response = client.embeddings.create(**body)
+            # The client's generic POST (its retries, auth and errors) with the answer as text: the
+            # embeddings resource would also walk every input text through its request transform.
+            content = client.post("/embeddings", body=body, cast_to=str)
         except openai.APIError as err:
             raise self._failure(err) from err
-        return self._vectors(response, len(texts))
+        return self._vectors(content, len(texts))
 
     @property
     def _where(self) -> str:
@@ -243,15 +270,18 @@ class OpenAiEmbedder:
             )
         return ""
 
-    def _vectors(self, response: Any, expected: int) -> np.ndarray:
+    def _vectors(self, content: str | bytes, expected: int) -> np.ndarray:
+        """The answer's vectors in `index` order, L2-normalised, as one float32 matrix (each item's
+        `embedding` base64 of little-endian float32, or a list of numbers)."""
         try:
-            data = sorted(response.data, key=lambda item: item.index)
-            matrix = np.asarray([item.embedding for item in data], dtype=np.float32)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise self._bad_response(f"unreadable embeddings ({exc})") from exc
-        if [item.index for item in data] != list(range(expected)) or matrix.ndim != 2:
-            indexes = [item.index for item in data]
+            data = sorted(json.loads(content)["data"], key=lambda item: item["index"])
+            rows = [_embedding_array(item["embedding"]) for item in data]
+            indexes = [item["index"] for item in data]
+        except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+            raise self._bad_response(f"unreadable embeddings ({type(exc).__name__}: {exc})") from exc
+        if indexes != list(range(expected)) or len({len(row) for row in rows}) != 1:
             raise self._bad_response(f"{len(data)} embeddings for {expected} texts (indexes {indexes[:8]})")
+        matrix = np.stack(rows)
         self._check_dimension(int(matrix.shape[1]))
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         if not np.all(np.isfinite(norms)) or not np.all(norms > 0):
@@ -280,6 +310,18 @@ class OpenAiEmbedder:
             reason="EMBEDDING_DIMENSION_MISMATCH",
             metadata={"expected_dimension": str(expected), "returned_dimension": str(got)},
         )
+
+
+def _embedding_array(value: Any) -> np.ndarray:
+    """One answer item's `embedding`: base64 of little-endian float32, or a list of numbers."""
+    if isinstance(value, str):
+        raw = base64.b64decode(value, validate=True)
+        if len(raw) % 4:
+            raise ValueError(f"{len(raw)} bytes of base64 are not float32 components")
+        return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"an embedding must be base64 or a list of numbers, got {type(value).__name__}")
+    return np.asarray(value, dtype=np.float32)
 
 
 def _detail(err: Any) -> str:

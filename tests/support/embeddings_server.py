@@ -142,6 +142,8 @@ class EmbeddingsServer:
         self.dimension = dimension
         self.models = models
         self.refused_word: str | None = None  # a request with a text holding it is answered HTTP 400
+        self.refused_encodings: frozenset[str] = frozenset()  # encoding_format values answered HTTP 400
+        self.floats_only = False  # answers JSON floats whatever encoding_format asks (as some servers do)
         self._state = _State(default or Behaviour.ok())
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -203,12 +205,15 @@ class EmbeddingsServer:
         wanted = body.get("dimensions") or self.dimension
         if not isinstance(wanted, int) or not 0 < wanted <= self.dimension:
             return 400, _error_body(400, f"dimensions must be between 1 and {self.dimension}, got {wanted}"), {}
+        if body.get("encoding_format", "float") in self.refused_encodings:
+            return 400, _error_body(400, f"encoding_format {body.get('encoding_format')!r} is not supported"), {}
         texts = body.get("input", [])
         texts = [texts] if isinstance(texts, str) else list(texts)
         if self.refused_word is not None and any(self.refused_word in t for t in texts):
             return 400, _error_body(400, "one of the inputs was refused by the content filter"), {}
         size = b.dimension or wanted
-        items = [self._item(i, hashed_vector(t, max(size, self.dimension))[:size], body) for i, t in enumerate(texts)]
+        shape = {**body, "encoding_format": "float"} if self.floats_only else body
+        items = [self._item(i, hashed_vector(t, max(size, self.dimension))[:size], shape) for i, t in enumerate(texts)]
         if b.reverse:
             items.reverse()
         usage = sum(len(_WORDS.findall(t)) for t in texts)

@@ -62,7 +62,7 @@ def test_warm_up_learns_the_dimension_and_vectors_are_unit_float32(server, make_
     embedder.warm_up()
     assert (embedder.provider, embedder.model_id, embedder.dimension) == ("openai", "test-embed", 64)
     (probe,) = server.requests
-    assert probe.inputs == ["warm up"] and probe.body["encoding_format"] == "float"
+    assert probe.inputs == ["warm up"] and probe.body["encoding_format"] == "base64"
     assert probe.body["model"] == "test-embed" and "dimensions" not in probe.body
     vectors = embedder.embed_documents([DUCKS, STOCKS])
     assert vectors.dtype == np.float32 and vectors.shape == (2, 64)
@@ -70,6 +70,33 @@ def test_warm_up_learns_the_dimension_and_vectors_are_unit_float32(server, make_
     np.testing.assert_allclose(vectors[0], _unit(hashed_vector(DUCKS, 64)), rtol=1e-6)
     query = embedder.embed_query("where do ducks swim")
     assert query.shape == (64,) and float(vectors[0] @ query) > float(vectors[1] @ query)
+
+
+def test_an_endpoint_that_answers_floats_for_base64_is_read_alike(server, make_embedder) -> None:  # type: ignore[no-untyped-def]
+    server.floats_only = True
+    vectors = make_embedder().embed_documents([DUCKS, STOCKS])
+    assert server.requests[0].body["encoding_format"] == "base64"
+    np.testing.assert_allclose(vectors[1], _unit(hashed_vector(STOCKS, 64)), rtol=1e-6)
+
+
+def test_an_endpoint_that_refuses_base64_at_warm_up_is_asked_for_floats(server, make_embedder) -> None:  # type: ignore[no-untyped-def]
+    server.refused_encodings = frozenset({"base64"})
+    embedder = make_embedder()
+    embedder.warm_up()
+    vectors = embedder.embed_documents([DUCKS])
+    assert [(r.body["encoding_format"], r.status) for r in server.requests] == [
+        ("base64", 400),
+        ("float", 200),
+        ("float", 200),
+    ]
+    np.testing.assert_allclose(vectors[0], _unit(hashed_vector(DUCKS, 64)), rtol=1e-6)
+
+
+def test_base64_that_is_not_float32_is_a_bad_response(server, make_embedder) -> None:  # type: ignore[no-untyped-def]
+    embedder = make_embedder()
+    with pytest.raises(errors.InternalError) as caught:
+        embedder._vectors(b'{"data": [{"index": 0, "embedding": "AAAAAAA="}]}', 1)  # 5 bytes
+    assert caught.value.reason == "EMBEDDING_BAD_RESPONSE" and "unreadable embeddings" in caught.value.message
 
 
 def test_the_api_key_comes_from_the_named_variable(server, make_embedder, monkeypatch) -> None:  # type: ignore[no-untyped-def]
