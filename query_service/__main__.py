@@ -1,17 +1,34 @@
-"""python -m query_service: the read-only retrieval and answer gRPC service."""
+"""python -m query_service: the read-only retrieval and answer gRPC service.
+
+One process by default; with RAGRPC_QUERY_PROCESSES > 1 (0: one per core) this process becomes the
+supervisor of that many worker processes serving the same port (query_service.worker_supervisor),
+each of which runs `main` below as a worker."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
+import sys
 import time
 
 from query_service.app import (
+    QueryComponents,
     build_components,
     build_reranker,
     check_retrieval_settings,
+    load_or_catch_up,
     reranker_provider,
     start_query_server,
+    the_sync,
+)
+from query_service.worker_supervisor import (
+    QueryWorkerSupervisor,
+    SupervisorLink,
+    WorkerRole,
+    check_group_settings,
+    process_count,
 )
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
@@ -23,9 +40,13 @@ from ragrpc.store.factory import open_milvus_stores
 logger = logging.getLogger("query_service")
 
 
-async def main() -> None:
+async def main(role: WorkerRole | None = None, link: SupervisorLink | None = None) -> None:
+    """The service; as a worker of a group (`role`), with the group's port and its own metrics port, it
+    writes index snapshots only when its role says so, binds the port only once its index is loaded
+    unless it is the first of the group, and reports SERVING to the supervisor through `link`."""
     settings = Settings.from_env()
-    configure_logging(settings.log_level, "query", settings.log_format)
+    settings = role.settings(settings) if role is not None else dataclasses.replace(settings, query_processes=1)
+    configure_logging(settings.log_level, "query" if role is None else f"query/{role.index}", settings.log_format)
     metrics = Metrics()
     if settings.query_metrics_port >= 0:
         bound = start_metrics_http_server(metrics, settings.host, settings.query_metrics_port)
@@ -50,7 +71,20 @@ async def main() -> None:
     components = build_components(
         settings, embedder, stores.chunks, stores.registry, reranker=reranker, metrics=metrics, load=False
     )
-    running = await start_query_server(settings, components, metrics=metrics, after_load=_freeze_loaded_heap)
+    if role is not None and not role.writes_snapshots:
+        _leave_snapshots_to_the_writer(components)
+    if role is not None and not role.binds_before_loading:
+        await asyncio.to_thread(_load_before_binding, components)
+    loaded_before = components.follower.ready
+
+    def after_load() -> None:
+        _freeze_loaded_heap()
+        if link is not None:
+            link.serving()
+
+    running = await start_query_server(settings, components, metrics=metrics, after_load=after_load)
+    if loaded_before and link is not None:
+        link.serving()
     logger.info(
         "query service listening on %s:%d (store %s, sparse %s, reranker %s); SERVING once its index is loaded",
         settings.host,
@@ -59,8 +93,44 @@ async def main() -> None:
         settings.sparse_backend,
         _describe_reranker(settings),
     )
-    await serve_until_signalled(running, settings.shutdown_grace_s)
+
+    async def on_stop() -> None:
+        """A last snapshot, so that the next start (a rolling deploy) catches up from now."""
+        if components.snapshots is not None and components.follower.ready:
+            try:
+                await asyncio.wait_for(
+                    asyncio.to_thread(components.snapshots.save, components.follower, the_sync(components)),
+                    timeout=settings.shutdown_grace_s,
+                )
+            except Exception:  # noqa: BLE001 - the previous snapshot stays current
+                logger.exception("the index snapshot at shutdown was not written")
+
+    await serve_until_signalled(running, settings.shutdown_grace_s, on_stop=on_stop)
     components.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _leave_snapshots_to_the_writer(components: QueryComponents) -> None:
+    """A worker other than the snapshot writer reads the snapshot and never writes one (N workers would
+    write N copies of the same view): no periodic snapshot loop, none after a load or at shutdown."""
+    components.snapshots = None
+    components.background = [loop for loop in components.background if loop.name != "index-snapshot"]
+
+
+def _load_before_binding(components: QueryComponents) -> None:
+    """The complete view before the worker binds the port it shares (from the snapshot and the changes
+    since, else in full); the writer then writes a snapshot after a full load, as a first start does.
+    A view that is not complete yet (a document whose chunks the store returned short) is completed by
+    start_query_server's load, NOT_SERVING meanwhile."""
+    started = time.monotonic()
+    load_or_catch_up(components.follower)
+    logger.info("index loaded before binding the port in %.1fs", time.monotonic() - started)
+    if components.follower.ready:
+        if components.snapshots is not None and not components.restored:
+            try:
+                components.snapshots.save(components.follower, the_sync(components))
+            except Exception:  # noqa: BLE001 - serving does not depend on it; the snapshot loop tries again
+                logger.exception("writing the index snapshot after the load failed")
+        _freeze_loaded_heap()
 
 
 def _freeze_loaded_heap() -> None:
@@ -79,5 +149,36 @@ def _describe_reranker(settings: Settings) -> str:
     return settings.reranker_model if provider == "local" else "none"
 
 
+def serve_as_worker(role: WorkerRole, link: SupervisorLink) -> None:
+    """A spawned worker process's entry (QueryWorkerSupervisor's `entry`)."""
+    run_service_main(functools.partial(main, role, link), f"query_service worker {role.index}")
+
+
+def run() -> None:
+    """One process, or the supervisor of RAGRPC_QUERY_PROCESSES workers. The supervisor opens neither the
+    store nor any gRPC channel or server (its workers are spawned, fresh interpreters, and build all of it)."""
+    try:
+        settings = Settings.from_env()
+        count = process_count(settings)
+        if count > 1:
+            check_group_settings(settings, count)
+    except ValueError as error:
+        configure_logging("INFO", "query")
+        logger.error("query_service cannot start: INVALID_ARGUMENT: %s", error)
+        sys.exit(2)
+    if count == 1:
+        run_service_main(main, "query_service")
+        return
+    configure_logging(settings.log_level, "query", settings.log_format)
+    try:
+        code = QueryWorkerSupervisor(
+            dataclasses.replace(settings, query_processes=count), count, "query_service.__main__:serve_as_worker"
+        ).run()
+    except OSError as error:
+        logger.error("query_service cannot start: %s", error)
+        code = 2
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    run_service_main(main, "query_service")
+    run()

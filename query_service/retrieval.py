@@ -75,6 +75,11 @@ class Visibility(Protocol):
         query may show of each visible document."""
         ...
 
+    def accepted_in_memory(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]] | None:
+        """`accepted(seen)` when it can be answered from memory without blocking (the query then
+        needs no thread for it); None when it needs a store read (`accepted`, run in a thread)."""
+        ...
+
 
 class RegistryVisibility:
     """Visibility read from the registry (one grouped read by key)."""
@@ -85,6 +90,9 @@ class RegistryVisibility:
     @property
     def ready(self) -> bool:
         return True
+
+    def accepted_in_memory(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]] | None:
+        return None
 
     def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
         records = self._registry.get_many(list(seen))
@@ -107,14 +115,23 @@ class FollowedVisibility:
     def ready(self) -> bool:
         return self._followed.ready
 
-    def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
+    def accepted_in_memory(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]] | None:
         known = self._followed.accepted(seen)
-        unplaced = {
+        return None if self._unplaced(seen, known) else known
+
+    def _unplaced(
+        self, seen: Mapping[str, Collection[str]], known: Mapping[str, tuple[str, ...]]
+    ) -> dict[str, Collection[str]]:
+        """The hits' documents and generations the follower cannot place (the registry must say)."""
+        return {
             key: generations
             for key, generations in seen.items()
-            if not set(generations) <= set(known.get(key, ()))
-            and (key in known or not self._followed.knows(key))
+            if not set(generations) <= set(known.get(key, ())) and (key in known or not self._followed.knows(key))
         }
+
+    def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
+        known = self._followed.accepted(seen)
+        unplaced = self._unplaced(seen, known)
         if unplaced:
             for key, (generation,) in self._registry.accepted(unplaced).items():
                 known[key] = tuple(dict.fromkeys((*known.get(key, ()), generation)))
@@ -163,7 +180,8 @@ class RetrievalPipeline:
             self._embed_executor, in_current_context(self._embedder.embed_query), text
         )
         try:
-            return await asyncio.wait_for(work, timeout=None if left is None else max(0.0, left))  # type: ignore[no-any-return]
+            async with asyncio.timeout(None if left is None else max(0.0, left)):  # lighter than wait_for
+                return await work  # type: ignore[no-any-return]
         except TimeoutError:
             raise errors.DeadlineError(
                 "embedding the query did not finish within the call's deadline; retry, or give the call more time",
@@ -284,25 +302,28 @@ class RetrievalPipeline:
         """Drops chunks of superseded or unfinished ingestion attempts and deleted documents. While a
         document's replacement is being applied, hits of either version are kept, but of one
         document only the newest version among the hits (never a mix, never neither)."""
+        keyed = [(document_key(hit.chunk.tenant, hit.chunk.document_id), hit.chunk.generation) for hit in dense]
+        keyed += [(document_key(hit.chunk.tenant, hit.chunk.document_id), hit.chunk.generation) for hit in sparse]
         seen: dict[str, set[str]] = {}
-        for hit in (*dense, *sparse):
-            seen.setdefault(document_key(hit.chunk.tenant, hit.chunk.document_id), set()).add(hit.chunk.generation)
+        for key, generation in keyed:
+            seen.setdefault(key, set()).add(generation)
         if not seen:
             return dense, sparse
-        accepted = await self._run(self._visibility.accepted, seen)
+        accepted = self._visibility.accepted_in_memory(seen)  # no thread needed for what the follower holds
+        if accepted is None:
+            accepted = await self._run(self._visibility.accepted, seen)
         shown: dict[str, str] = {}
-        for hit in (*dense, *sparse):
-            key = document_key(hit.chunk.tenant, hit.chunk.document_id)
+        for key, generation in keyed:
             generations = accepted.get(key, ())
-            if hit.chunk.generation in generations:
+            if generation in generations:
                 best = shown.get(key)
-                if best is None or generations.index(hit.chunk.generation) > generations.index(best):
-                    shown[key] = hit.chunk.generation
-
-        def keep(hit: ScoredChunk) -> bool:
-            return shown.get(document_key(hit.chunk.tenant, hit.chunk.document_id)) == hit.chunk.generation
-
-        return [h for h in dense if keep(h)], [h for h in sparse if keep(h)]
+                if best is None or generations.index(generation) > generations.index(best):
+                    shown[key] = generation
+        kept = [shown.get(key) == generation for key, generation in keyed]
+        return (
+            [hit for hit, keep in zip(dense, kept, strict=False) if keep],
+            [hit for hit, keep in zip(sparse, kept[len(dense) :], strict=True) if keep],
+        )
 
     def _fuse(
         self, query: RetrievalQuery, dense: list[ScoredChunk], sparse: list[ScoredChunk]

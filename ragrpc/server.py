@@ -56,14 +56,20 @@ class RunningServer:
         await asyncio.gather(*self.background_tasks, return_exceptions=True)
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+QUERY_SERVICE = "ragrpc.v1.RetrieveService"
+
+
+def server_options(max_message_bytes: int, *, reuse_port: bool = False) -> list[tuple[str, Any]]:
+    """The servers' channel options. SO_REUSEPORT is off unless asked for: a second server started on a
+    port in use then fails to bind instead of silently taking a share of its connections; the query
+    service's worker processes ask for it to serve one port together (query_service.worker_supervisor)."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.keepalive_time_ms", 60_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
 
 
@@ -76,8 +82,10 @@ async def build_server(
     credentials: grpc.ServerCredentials | None = None,
     max_concurrent_rpcs: int | None = None,
     tracing_interceptor: grpc.aio.ServerInterceptor | None = None,
+    reuse_port: bool = False,
 ) -> RunningServer:
-    """Creates and starts the server on `address` ("host:port", port 0 picks a free one).
+    """Creates and starts the server on `address` ("host:port", port 0 picks a free one); with
+    `reuse_port`, other processes of the same user may serve the same port (SO_REUSEPORT).
 
     Health starts NOT_SERVING for every service; call `set_serving()` once warm. Calls beyond
     max_concurrent_rpcs are refused with RESOURCE_EXHAUSTED (load shedding). The tracing
@@ -87,7 +95,7 @@ async def build_server(
     tracing = [tracing_interceptor] if tracing_interceptor is not None else []
     server = grpc.aio.server(
         interceptors=[*tracing, ErrorMappingInterceptor(), *interceptors],  # then errors, outside the rest
-        options=server_options(max_message_bytes),
+        options=server_options(max_message_bytes, reuse_port=reuse_port),
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     for service in services:
@@ -141,12 +149,15 @@ async def host_service(
     extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     serving: bool = True,
     tracer: Tracer | None = None,
+    reuse_port: bool | None = None,
 ) -> RunningServer:
     """Starts one ragrpc service with the house defaults: TLS/plaintext rule, tenant resolution
     (API keys or a fixed tenant), a server-side deadline, load shedding, then SERVING (with
     serving=False it stays NOT_SERVING until the caller's `set_serving()`). RPC spans come from
     `tracer` (the one the service's components record stage spans with), else from
-    settings.tracing (RAGRPC_TRACING)."""
+    settings.tracing (RAGRPC_TRACING). `reuse_port` (SO_REUSEPORT) defaults to what the settings
+    say: on for the query service when it runs as several processes (RAGRPC_QUERY_PROCESSES other
+    than 1), off otherwise."""
     from ragrpc.deadlines import DeadlineInterceptor
     from ragrpc.request_context import RequestContextInterceptor
     from ragrpc.security import server_credentials, tenant_resolver
@@ -165,10 +176,17 @@ async def host_service(
         credentials=server_credentials(settings),
         max_concurrent_rpcs=settings.max_concurrent_rpcs,
         tracing_interceptor=tracer.server_interceptor(),
+        reuse_port=shares_port(settings, registration.full_name) if reuse_port is None else reuse_port,
     )
     if serving:
         await running.set_serving()
     return running
+
+
+def shares_port(settings: Any, service_name: str) -> bool:
+    """Whether the service's server joins its port's SO_REUSEPORT group: the query service's worker
+    processes do (RAGRPC_QUERY_PROCESSES other than 1); every other server binds its port alone."""
+    return service_name == QUERY_SERVICE and getattr(settings, "query_processes", 1) != 1
 
 
 YOUNG_COLLECTION_THRESHOLD = 10_000  # allocations between two collections of the youngest generation (Python: 700)
