@@ -22,7 +22,6 @@ from ragrpc.store.filters import FilterBuilder
 
 logger = logging.getLogger(__name__)
 
-DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
 _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 
 
@@ -81,7 +80,7 @@ def recover_documents(registry: DocumentRegistry, chunks: ChunkStore) -> dict[st
         scanned += len(page)
     logger.info("recovery checked %d documents", scanned)
     # Readers follow deletes through the journal while they run; one that was away this long loads in full.
-    registry.purge_deletions(int(time.time()) - DELETION_JOURNAL_KEEP_S)
+    registry.purge_deletions(int(time.time()) - s.DELETION_JOURNAL_KEEP_S)
     if any(counts.values()):
         logger.warning("recovery after an interrupted run: %s", counts)
     return counts

@@ -300,10 +300,11 @@ def index_snapshots(settings: Settings, embedder: Embedder, *, dense_held: bool)
 
 def load_or_catch_up(follower: RegistryFollower) -> None:
     """The complete start-up view: restored from a snapshot, a first poll catches up with the registry
-    since it; else the full load (every visible document, then every chunk of them)."""
+    since it (RegistryFollower.restore says when that poll lists every key too); else the full load
+    (every visible document, then every chunk of them)."""
     if follower.loaded:
         started = time.monotonic()
-        changed = follower.poll(reconcile=True)
+        changed = follower.poll()
         logger.info(
             "registry followed from the snapshot: %d changes since it applied in %.1fs (%d visible documents)",
             changed,

@@ -117,6 +117,9 @@ MODEL_INFO_KEY = "__ragrpc_model_info__"  # registry row that records the embedd
 # value, which no tenant name can take; the document's key in RECORD["doc_key"]), so that
 # readers following the registry see a delete whose registry row is already gone.
 DELETION_JOURNAL_TENANT = "#deleted"
+# How long the ingest service keeps journal entries (purged at its start): a reader whose view is
+# younger than this learns every delete since from the journal alone.
+DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
 WRITER_LEASE_KEY = "#writer-lease"  # job id and tenant of the writer lease's row in the jobs collection
 JOBS_FILTERABLE_FIELDS: dict[str, type] = {TENANT: str, UPDATED_AT: int}
 
