@@ -106,8 +106,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                         reason="UPLOAD_TOO_LARGE",
                         metadata={"limit_bytes": str(self._max_upload)},
                     )
-                if upload.on_disk or len(message.data) > _WRITE_ON_LOOP_BYTES or (
-                    upload.size + len(message.data) > self._upload_memory
+                if (
+                    upload.on_disk
+                    or len(message.data) > _WRITE_ON_LOOP_BYTES
+                    or (upload.size + len(message.data) > self._upload_memory)
                 ):  # disk writes, the roll-over to disk and the hashing of large pieces leave the event loop
                     await asyncio.get_running_loop().run_in_executor(self._spool_executor, upload.write, message.data)
                 else:

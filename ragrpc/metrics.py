@@ -136,7 +136,6 @@ class AnswerMetricsObserver:
             self._metrics.time_to_first_token.observe(ttft / 1000.0)
 
 
-
 def split_method(full_method: str) -> tuple[str, str]:
     """ "/ragrpc.v1.RetrieveService/Ask" -> ("ragrpc.v1.RetrieveService", "Ask")."""
     service, _, method = full_method.lstrip("/").rpartition("/")

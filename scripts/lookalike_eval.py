@@ -42,6 +42,7 @@ class Config(Protocol):
     @property
     def mmr(self) -> float | None: ...
 
+
 COLLECTION = "lookalike"
 TOP_K = 10
 CANDIDATES = 200  # as the BEIR tables
