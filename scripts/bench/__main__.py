@@ -23,7 +23,21 @@ from typing import Any
 from scripts.bench import report
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult
 
-SECTIONS = ("ingest", "embed", "query", "wal", "concurrency", "peers", "startup", "scale", "uploads", "index_memory")
+SECTIONS = (
+    "ingest",
+    "ingest_ceiling",
+    "embed",
+    "query",
+    "wal",
+    "concurrency",
+    "peers",
+    "startup",
+    "startup_snapshots",
+    "scale",
+    "uploads",
+    "index_memory",
+    "bm25_scale",
+)
 
 
 def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> SectionResult:
@@ -32,6 +46,10 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import ingest
 
         runner = lambda: ingest.run(config)  # noqa: E731
+    elif name == "ingest_ceiling":
+        from scripts.bench import ingest_ceiling
+
+        runner = lambda: ingest_ceiling.run(config, context.get("ceiling_stores", ()))  # noqa: E731
     elif name == "embed":
         from scripts.bench import embed
 
@@ -47,7 +65,9 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
     elif name == "concurrency":
         from scripts.bench import concurrency
 
-        runner = lambda: concurrency.run(config, context.get("vector_backend", "onnx-int8"))  # noqa: E731
+        runner = lambda: concurrency.run(  # noqa: E731
+            config, context.get("concurrency_stores", ()), context.get("concurrency_size", 0)
+        )
     elif name == "peers":
         from scripts.bench import peers
 
@@ -56,6 +76,12 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import startup
 
         runner = lambda: startup.run(config, config.query_sizes_override)  # noqa: E731
+    elif name == "startup_snapshots":
+        from scripts.bench import startup
+
+        runner = lambda: startup.run_from_snapshots(  # noqa: E731
+            config, context.get("scale_sizes", ()), context.get("scale_backends", ())
+        )
     elif name == "scale":
         from scripts.bench import scale
 
@@ -73,6 +99,10 @@ def run_section(name: str, config: BenchConfig, context: dict[str, Any]) -> Sect
         from scripts.bench import index_memory
 
         runner = lambda: index_memory.run(config)  # noqa: E731
+    elif name == "bm25_scale":
+        from scripts.bench import bm25_scale
+
+        runner = lambda: bm25_scale.run(config)  # noqa: E731
     else:
         raise ValueError(f"unknown section {name!r}; use {', '.join(SECTIONS)}")
     started = time.perf_counter()
@@ -114,7 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scale-lite-max-size", type=int, default=0, help="scale section: milvus-lite only up to this size (0: all)"
     )
+    parser.add_argument(
+        "--ceiling-stores", default="", help="ingest_ceiling section: milvus-lite and/or milvus-2.3.5 (default both)"
+    )
     parser.add_argument("--ndcg-docs", type=int, default=0, help="SciFact subset for embed nDCG (0: whole corpus)")
+    parser.add_argument(
+        "--concurrency-stores",
+        default="",
+        help="concurrency section: milvus-lite and/or milvus-2.3.5, each STORE or STORE@CHUNKS (default both)",
+    )
+    parser.add_argument("--concurrency-size", type=int, default=0, help="concurrency section: chunks (default 100000)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sections.split(",") if n.strip()]
     unknown = [n for n in names if n not in SECTIONS]
@@ -137,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         "scale_sizes": tuple(int(x) for x in args.scale_sizes.split(",") if x.strip()),
         "scale_backends": tuple(x.strip() for x in args.scale_backends.split(",") if x.strip()),
         "scale_lite_max_size": args.scale_lite_max_size,
+        "ceiling_stores": tuple(x.strip() for x in args.ceiling_stores.split(",") if x.strip()),
+        "concurrency_stores": tuple(x.strip() for x in args.concurrency_stores.split(",") if x.strip()),
+        "concurrency_size": args.concurrency_size,
     }
     results: list[SectionResult] = []
     for name in names:

@@ -1,7 +1,10 @@
 """The benches' bulk path into a collection (never a path users can call): one-chunk documents of
 real text with vectors derived from embedded ones, chunk rows and registry rows written in
 batches of 4,096 straight through the store adapter, so the query service sees current
-generations of ACTIVE documents.
+generations of ACTIVE documents. Their registry rows carry update times as if they had been ingested
+at DOCUMENTS_PER_SECOND, the last an hour before the load (not all in the load's last seconds: the
+query service's registry follower re-reads the newest couple of seconds of updates at every poll,
+which for a collection loaded in one burst would be thousands of rows twice a second).
 
 Vectors: `base` (a few thousand embedded texts) plus Gaussian noise, renormalised, so that a
 collection of a million chunks does not need a million model calls; neighbourhoods stay those of
@@ -75,7 +78,11 @@ def chunk_rows(texts: list[str], vectors: np.ndarray, start: int) -> list[ChunkR
     return out
 
 
-def registry_record(chunk: ChunkRecord) -> DocumentRecord:
+DOCUMENTS_PER_SECOND = 10  # the bulk-loaded documents look ingested at this rate, the last an hour ago
+_LAST_UPDATE_AGO_S = 3600
+
+
+def registry_record(chunk: ChunkRecord, updated_at: int | None = None) -> DocumentRecord:
     return DocumentRecord(
         tenant=chunk.tenant,
         document_id=chunk.document_id,
@@ -89,7 +96,7 @@ def registry_record(chunk: ChunkRecord) -> DocumentRecord:
         chunker="bench",
         created_at=chunk.created_at,
         generation=chunk.generation,
-        updated_at=int(time.time()),
+        updated_at=int(time.time()) if updated_at is None else updated_at,
     )
 
 
@@ -97,10 +104,14 @@ def bulk_load(stores: MilvusStores, prefix: str, texts: list[str], vectors: Iter
     """Writes one document per text; returns the seconds it took (writes and the final flush)."""
     started = time.perf_counter()
     names = CollectionNames.with_prefix(prefix)
+    first_update = int(time.time()) - _LAST_UPDATE_AGO_S - len(texts) // DOCUMENTS_PER_SECOND
     for start, batch in zip(range(0, len(texts), BATCH), vectors, strict=False):
         chunks = chunk_rows(texts[start : start + len(batch)], batch, start)
         stores.chunks.insert_chunks(chunks)
-        rows = [record_to_row(registry_record(c)) for c in chunks]
+        rows = [
+            record_to_row(registry_record(c, first_update + (start + i) // DOCUMENTS_PER_SECOND))
+            for i, c in enumerate(chunks)
+        ]
         stores.connection.write_rows("upsert", names.documents, rows, s.DOC_KEY)
     stores.connection.flush([names.chunks, names.documents])
     return time.perf_counter() - started

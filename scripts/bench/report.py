@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,6 +44,7 @@ def machine_facts() -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "commit": commit + ("+dirty" if dirty else ""),
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python -m scripts.bench", *sys.argv[1:]]),
     }
 
 

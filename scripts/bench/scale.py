@@ -95,6 +95,12 @@ class Backend:
         self._m235.start(timeout_s=600)
         return self._m235.uri
 
+    def process(self) -> Any:
+        """The server's process (subprocess.Popen), None before start; its children are the store's too."""
+        if self._lite is not None:
+            return self._lite.process
+        return self._m235.process if self._m235 is not None else None
+
     def stop(self) -> None:
         if self._lite is not None:
             self._lite.stop()
@@ -102,7 +108,9 @@ class Backend:
             self._m235.stop()
 
 
-def _ensure(settings: Settings, embedder: SentenceTransformerEmbedder, size: int, base: np.ndarray) -> dict:
+def ensure_bulk_collection(
+    settings: Settings, embedder: SentenceTransformerEmbedder, size: int, base: np.ndarray
+) -> dict:
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
     names = CollectionNames.with_prefix(settings.collection_prefix)
     client = stores.connection.client()
@@ -223,7 +231,7 @@ def _measure(kind: str, size: int, embedder: SentenceTransformerEmbedder, base: 
         settings = dataclasses.replace(
             Settings(), milvus_uri=uri, collection_prefix=f"scale{size}", workers=2, sparse_backend="rank_bm25"
         )
-        row: dict[str, Any] = {"backend": kind, "size": size, **_ensure(settings, embedder, size, base)}
+        row: dict[str, Any] = {"backend": kind, "size": size, **ensure_bulk_collection(settings, embedder, size, base)}
         query_vectors = np.stack([embedder.embed_query(q) for q in queries])
         store_s, store_ids = _store_floor(settings, embedder, query_vectors)
         matrix = _matrix(base, size)
@@ -290,7 +298,7 @@ def run(
     settings = Settings()  # the query service's default backend (onnx-int8) and query threads
     embedder = embedder_from_settings(settings, threads=settings.query_embedding_threads)
     embedder.warm_up()
-    base = _base_vectors(embedder)
+    base = base_vectors(embedder)
     queries = list(load_scifact().queries.values())[:QUERIES]
     rows = []
     for kind in kinds:
@@ -314,7 +322,7 @@ def run(
     return result
 
 
-def _base_vectors(embedder: SentenceTransformerEmbedder) -> np.ndarray:
+def base_vectors(embedder: SentenceTransformerEmbedder) -> np.ndarray:
     """The embedded texts the collection's vectors derive from (cached: embedding them takes a minute)."""
     cache = SCALE_DIR / f"base-{BASE_TEXTS}-{embedder.model_id.replace('/', '_')}.npy"
     if cache.exists():

@@ -20,20 +20,24 @@ import asyncio
 import dataclasses
 import gc
 import os
+import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from query_service.app import build_components as build_query
 from query_service.retrieval_types import RetrievalQuery
 from ragrpc.config import Settings
-from ragrpc.embeddings import SentenceTransformerEmbedder
+from ragrpc.embeddings import SentenceTransformerEmbedder, embedder_from_settings
 from ragrpc.store.factory import open_milvus_stores
 from scripts.bench import bulk
-from scripts.bench.common import BenchConfig, SectionResult, proc_status_kb
+from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult, load_scifact, proc_status_kb
 from scripts.bench.querydata import text_pool
 from tests.support.milvus_server import start_milvus_lite
 
@@ -135,4 +139,200 @@ def run(config: BenchConfig, sizes: tuple[int, ...] = ()) -> SectionResult:
         "one-chunk documents on a milvus-lite server; start = building the query components "
         "(registry follower load + rank_bm25 load), in this process"
     )
+    return result
+
+
+# --- start from an index snapshot (RAGRPC_INDEX_SNAPSHOT_DIR), the real service process ------------------
+
+SNAPSHOT_QUERIES = 100
+
+
+def process_memory_mib(pid: int) -> dict[str, float]:
+    """VmRSS, VmHWM (peak), RssAnon (private), RssFile (file-backed: the mapped snapshot, shared by the
+    processes that map it) and Pss (the process's fair share of shared pages) in MiB, from /proc."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) / 1024
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                out["Pss"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
+
+
+def _workers(service: Any) -> list[int]:
+    """The service's serving processes: the one process, or the supervisor's workers (its children but
+    multiprocessing's resource tracker)."""
+    tree = service.pids()
+    if service.processes == 1:
+        return tree[:1]
+    return [pid for pid in tree[1:] if b"resource_tracker" not in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _retrieve_over_grpc(address: str, queries: list[str]) -> dict[str, Any]:
+    """Hybrid Retrieve top-10, one call at a time: p50/p99 and the median of each stage the service reports."""
+    import grpc
+
+    from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
+
+    seconds: list[float] = []
+    stages: dict[str, list[float]] = {}
+    with grpc.insecure_channel(address) as channel:
+        stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
+        options = retrieve_pb2.RetrievalOptions(top_k=10, mode=retrieve_pb2.RETRIEVAL_MODE_HYBRID)
+        first = time.perf_counter()
+        list(stub.Retrieve(retrieve_pb2.RetrieveRequest(query=queries[0], options=options), timeout=120))
+        first_ms = (time.perf_counter() - first) * 1000
+        for text in queries:
+            began = time.perf_counter()
+            for reply in stub.Retrieve(retrieve_pb2.RetrieveRequest(query=text, options=options), timeout=120):
+                if reply.HasField("summary"):
+                    for timing in reply.summary.timings:
+                        stages.setdefault(timing.stage, []).append(timing.millis)
+            seconds.append(time.perf_counter() - began)
+    ms = [s * 1000 for s in seconds]
+    return {
+        "first_ms": first_ms,
+        "p50": statistics.median(ms),
+        "p99": sorted(ms)[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))],
+        "stages": {name: statistics.median(values) for name, values in stages.items()},
+    }
+
+
+async def _freshness_over_grpc(settings: Settings, embedder: Any, address: str) -> dict[str, float]:
+    """Median of 5: an acknowledged IngestPipeline.ingest (this process as the ingest service) to its
+    first BM25 hit in the query service (over gRPC), and an acknowledged delete to its disappearance."""
+    import grpc
+
+    from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
+
+    stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
+    ingest = build_ingest(settings, embedder, stores.chunks, stores.registry)
+    added, deleted = [], []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
+
+        async def hits(word: str) -> int:
+            options = retrieve_pb2.RetrievalOptions(top_k=1, mode=retrieve_pb2.RETRIEVAL_MODE_SPARSE)
+            request = retrieve_pb2.RetrieveRequest(query=word, options=options)
+            return sum([1 async for reply in stub.Retrieve(request, timeout=30) if reply.HasField("chunk")])
+
+        try:
+            for i in range(5):
+                word = f"snapshotprobe{i}x{int(time.time())}"
+                spec = DocumentSpecInput(document_id=f"fresh-{i}-{word}", file_name="fresh.txt")
+                await ingest.pipeline.ingest(IngestItem(bulk.TENANT, spec, f"A probe about {word}.".encode()))
+
+                async def found(word: str = word) -> bool:
+                    return await hits(word) > 0
+
+                added.append(await _until(found))
+                await ingest.documents.delete(bulk.TENANT, spec.document_id)
+
+                async def gone(word: str = word) -> bool:
+                    return await hits(word) == 0
+
+                deleted.append(await _until(gone))
+        finally:
+            await ingest.lifecycle.close()
+            ingest.shutdown()
+            stores.connection.reset()
+    return {"ingest_to_searchable_s": statistics.median(added), "delete_to_gone_s": statistics.median(deleted)}
+
+
+def _snapshot_size_mib(directory: Path) -> float:
+    current = directory / "CURRENT"
+    if not current.exists():
+        return 0.0
+    snapshot = directory / current.read_text().strip()
+    return sum(f.stat().st_size for f in snapshot.iterdir()) / 2**20
+
+
+def _start(uri: str, prefix: str, processes: int, snapshots: Path, logs: Path) -> dict[str, Any]:
+    """Starts the service, returns its start figures and the running service (stopped by the caller)."""
+    from scripts.bench.concurrency import QueryService
+
+    service = QueryService(uri, prefix, processes, snapshots, logs).start()
+    memory = {str(pid): process_memory_mib(pid) for pid in _workers(service)}
+    return {"service": service, "serving_s": service.serving_s, "memory": memory}
+
+
+def measure_snapshot_starts(kind: str, size: int, queries: list[str]) -> dict[str, Any]:
+    """First start (full load, writes the snapshot), second start (from it) with Retrieve and freshness,
+    then two processes from it; and the floors beside Retrieve."""
+    from scripts.bench import scale
+
+    settings = Settings()
+    embedder = embedder_from_settings(settings, threads=settings.query_embedding_threads)
+    embedder.warm_up()
+    base = scale.base_vectors(embedder)
+    backend = scale.Backend(kind, scale.SCALE_DIR / f"{kind}-{size}")
+    uri = backend.start()
+    root = BENCH_DIR / "startup-snapshots" / f"{kind}-{size}"
+    shutil.rmtree(root, ignore_errors=True)
+    row: dict[str, Any] = {"backend": kind, "size": size}
+    try:
+        prefix = f"scale{size}"
+        store_settings = dataclasses.replace(settings, milvus_uri=uri, collection_prefix=prefix, workers=2)
+        row["collection"] = scale.ensure_bulk_collection(store_settings, embedder, size, base)
+        vectors = np.stack([embedder.embed_query(q) for q in queries])
+        store_s, _ = scale._store_floor(store_settings, embedder, vectors)
+        matrix = np.concatenate(list(bulk.derived_vectors(base, size)))
+        exact_s, _ = scale._exact(matrix, vectors)
+        del matrix
+        row["store_dense_ms"], row["exact_numpy_ms"] = scale._p(store_s), scale._p(exact_s)
+        snapshots, logs = root / "snapshots", root / "logs"
+        for label, processes in (("full", 1), ("snapshot", 1), ("snapshot_2proc", 2)):
+            print(f"[startup_snapshots] {kind} {size:,}: start ({label}) ...", flush=True)
+            started = _start(uri, prefix, processes, snapshots, logs)
+            service = started.pop("service")
+            try:
+                if label == "snapshot":
+                    row["retrieve_hybrid"] = _retrieve_over_grpc(service.address, queries)
+                    row["freshness"] = asyncio.run(_freshness_over_grpc(store_settings, embedder, service.address))
+                row[label] = started
+            finally:
+                service.stop()
+            if label == "full":
+                row["snapshot_mib"] = _snapshot_size_mib(snapshots)
+    finally:
+        backend.stop()
+    return row
+
+
+def run_from_snapshots(
+    config: BenchConfig, sizes: tuple[int, ...] = (), backends: tuple[str, ...] = ()
+) -> SectionResult:
+    """The real query service started over a collection of each size (default 1M chunks) on each store:
+    in full (it writes its index snapshot), from the snapshot, and as two processes from it."""
+    from scripts.bench.startup_report import write_report
+
+    chosen = sizes or ((2_000,) if config.quick else (1_000_000,))
+    kinds = backends or ("milvus-2.3.5", "milvus-lite")
+    result = SectionResult("startup_snapshots")
+    queries = list(load_scifact().queries.values())[:SNAPSHOT_QUERIES]
+    rows = []
+    for kind in kinds:
+        for size in chosen:
+            row = measure_snapshot_starts(kind, size, queries)
+            rows.append(row)
+            label = f"{kind} {size:,}"
+            result.add(f"{label}: start to SERVING, full load", row["full"]["serving_s"], "s")
+            result.add(f"{label}: start to SERVING, from the snapshot", row["snapshot"]["serving_s"], "s")
+            result.add(f"{label}: Retrieve hybrid p50 over gRPC", row["retrieve_hybrid"]["p50"], "ms")
+            result.add(f"{label}: ingest -> searchable", row["freshness"]["ingest_to_searchable_s"], "s")
+    result.data["rows"] = rows
+    write_report(rows, Path("docs"))
+    result.notes.append("table: docs/benchmarks.md (startup_snapshots markers)")
     return result
