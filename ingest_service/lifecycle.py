@@ -53,10 +53,10 @@ from typing import Any, TypeVar
 from ingest_service.attempts import Attempt, document_etag, finish_despite_cancel
 from ingest_service.chunk_records import copied_chunk_id, new_generation
 from ingest_service.recovery import recover_documents, settle_failed_attempt
-from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
 from ragrpc import errors
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, document_key
 from ragrpc.store.base import ChunkStore, DocumentRegistry
+from ragrpc.store.filters import chunks_of_document, chunks_of_generation
 
 logger = logging.getLogger(__name__)
 

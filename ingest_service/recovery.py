@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 import time
 
-from ingest_service.stale_chunks import chunks_of_document, chunks_of_generation
 from ragrpc import errors
 from ragrpc.models import DocumentRecord, DocumentState
 from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore, DocumentRegistry
-from ragrpc.store.filters import FilterBuilder
+from ragrpc.store.filters import FilterBuilder, chunks_of_document, chunks_of_generation
 
 logger = logging.getLogger(__name__)
 

@@ -378,3 +378,14 @@ eq, ne, gt, gte, lt, lte = (
 )
 in_, contains_any = DEFAULT_BUILDER.in_, DEFAULT_BUILDER.contains_any
 and_, or_ = DEFAULT_BUILDER.and_, DEFAULT_BUILDER.or_
+
+
+def chunks_of_generation(tenant: str, document_id: str, generation: str) -> FilterExpr:
+    """All chunks one ingestion attempt of a document wrote (what the writer deletes of a failed or
+    replaced attempt)."""
+    return and_(eq(schema.TENANT, tenant), eq(schema.DOCUMENT_ID, document_id), eq(schema.GENERATION, generation))
+
+
+def chunks_of_document(tenant: str, document_id: str) -> FilterExpr:
+    """Every chunk of a document, whatever its generation (what a delete removes)."""
+    return and_(eq(schema.TENANT, tenant), eq(schema.DOCUMENT_ID, document_id))
