@@ -226,17 +226,30 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
         if states[-1] != "DOCUMENT_STATE_PROCESSING":
             break
         time.sleep(2.0)
-    again = upload(
-        stack.ingest.address,
-        ingest_pb2.DocumentSpec(file_name=big_name, document_id=document_id),
-        payload,
-        timeout_s=600,
-    )
+    # The re-upload retries UNAVAILABLE as the client library does: writes wait until the writer lease has
+    # been renewed after the outage (its renewal retries within a third of the ttl).
+    refused: list[str] = []
+    retried_since = time.monotonic()
+    while True:
+        try:
+            again = upload(
+                stack.ingest.address,
+                ingest_pb2.DocumentSpec(file_name=big_name, document_id=document_id),
+                payload,
+                timeout_s=600,
+            )
+            break
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() - retried_since > 120:
+                raise
+            refused.append(str(exc.details()))
+            time.sleep(1.0)
     report = check_store(stores.chunks, stores.registry)
     print(
         f"state of {document_id} during the 30 s after the store came back: {states[-1]} "
         f"({len(states)} polls); re-upload: {ingest_pb2.DocumentState.Name(again.document.state)} with "
-        f"{again.document.chunk_count} chunks; Milvus: {report.summary()}"
+        f"{again.document.chunk_count} chunks after {len(refused)} UNAVAILABLE answer(s) "
+        f"({refused[0] if refused else 'none'}); Milvus: {report.summary()}"
     )
     assert (stack.ingest.pid, stack.query.pid) == pids, "a service was restarted"
     assert again.document.state == ingest_pb2.DOCUMENT_STATE_ACTIVE
