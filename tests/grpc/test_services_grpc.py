@@ -50,18 +50,23 @@ async def test_upload_then_retrieve_and_ask(fake_stack) -> None:  # type: ignore
     ):
         ingest = ingest_pb2_grpc.IngestServiceStub(ingest_channel)
         first = await _upload(ingest, "ducks.md", DUCKS, document_id="ducks")
-        await _upload(ingest, "stocks.txt", STOCKS)
+        stocks = await _upload(ingest, "stocks.txt", STOCKS)
         assert first.document.state == ingest_pb2.DOCUMENT_STATE_ACTIVE and not first.unchanged
         again = await _upload(ingest, "ducks.md", DUCKS, document_id="ducks")
         assert again.unchanged and again.document.chunk_count == first.document.chunk_count
         query = retrieve_pb2_grpc.RetrieveServiceStub(query_channel)
-        stream = query.Retrieve(retrieve_pb2.RetrieveRequest(query="where do mallards live"))
+        # read your writes: without the token a query right after the uploads may run before the query
+        # service has applied them (it follows the registry in the background)
+        token = stocks.consistency_token
+        assert token
+        stream = query.Retrieve(retrieve_pb2.RetrieveRequest(query="where do mallards live", consistency_token=token))
         responses = [r async for r in stream]
         chunks = [r.chunk for r in responses if r.HasField("chunk")]
         assert responses[-1].HasField("summary") and chunks
         assert chunks[0].chunk.document_id == "ducks" and chunks[0].rank == 1
         assert "Habitat" in list(chunks[0].chunk.section_path) or chunks[0].chunk.title == "Ducks"
-        events = [e async for e in query.Ask(retrieve_pb2.AskRequest(query="Where do mallards live?"))]
+        asked = query.Ask(retrieve_pb2.AskRequest(query="Where do mallards live?", consistency_token=token))
+        events = [e async for e in asked]
         kinds = [e.WhichOneof("event") for e in events]
         assert kinds[0] == "source" and kinds[-1] == "final" and "token" in kinds
         assert kinds.index("token") > max(i for i, k in enumerate(kinds) if k == "source")
