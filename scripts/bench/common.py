@@ -220,3 +220,22 @@ def fmt(value: float | None, digits: int = 3) -> str:
     if abs(value) >= 100:
         return f"{value:.1f}"
     return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it (the supervisor's workers and their helpers), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    tree, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        tree.append(current)
+        pending += children.get(current, [])
+    return tree

@@ -41,7 +41,15 @@ from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
 from scripts.bench import scale
-from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult, load_scifact, proc_cpu_seconds, summary_ms
+from scripts.bench.common import (
+    BENCH_DIR,
+    BenchConfig,
+    SectionResult,
+    load_scifact,
+    proc_cpu_seconds,
+    process_tree,
+    summary_ms,
+)
 from scripts.processes import REPO, free_port, wait_serving
 
 STORES = ("milvus-lite", "milvus-2.3.5")
@@ -55,25 +63,6 @@ ROOT = BENCH_DIR / "concurrency"
 
 
 # --- the service under test ----------------------------------------------------------------------------
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and every process below it (the supervisor's workers and their helpers), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    tree, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        tree.append(current)
-        pending += children.get(current, [])
-    return tree
 
 
 def tree_cpu_seconds(pid: int) -> float:

@@ -37,7 +37,7 @@ from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.v1 import ingest_pb2, ingest_pb2_grpc
-from scripts.bench.common import BenchConfig, SectionResult, load_scifact, proc_cpu_seconds, ratio
+from scripts.bench.common import BenchConfig, SectionResult, load_scifact, proc_cpu_seconds, process_tree, ratio
 from scripts.eval import _batches
 from scripts.processes import REPO, Stack
 from tests.support.milvus235 import Milvus235, milvus_server_executable
@@ -55,21 +55,7 @@ STORES = ("milvus-lite", "milvus-2.3.5")
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of a process and of every live descendant (an ingest service's worker processes,
     `milvus-server`'s child), plus what its waited-for children used (/proc/PID/stat cutime, cstime)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    total, stack = 0.0, [pid]
-    while stack:
-        current = stack.pop()
-        total += proc_cpu_seconds(current) + _waited_children_cpu(current)
-        stack.extend(children.get(current, []))
-    return total
+    return sum(proc_cpu_seconds(p) + _waited_children_cpu(p) for p in process_tree(pid))
 
 
 def _waited_children_cpu(pid: int) -> float:
