@@ -3,12 +3,13 @@ last snapshot and the registry changes since it instead of scanning the whole co
 
 A snapshot holds the BM25 index (every tenant scope: postings, forward index, vocabulary, chunk
 ids, documents, attribute columns), the held dense vectors where the service keeps them, and the
-caller's follower state: an opaque JSON-serialisable object and the int registry watermark the
-indexes reflect. Layout of `RAGRPC_INDEX_SNAPSHOT_DIR`:
+caller's follower state: an opaque JSON-serialisable object, arrays of per-document state (the
+follower's view and what the indexes hold, one packed entry a document: query_service.packed_table)
+and the int registry watermark the indexes reflect. Layout of `RAGRPC_INDEX_SNAPSHOT_DIR`:
 
     CURRENT                          the name of the snapshot to load (replaced atomically)
     snapshot-<utc>-<pid>-<random>/   one snapshot, never changed once written
-        arrays.bin                   every numpy array, each at a 4 KiB-aligned offset
+        arrays.bin                   every numpy array (the indexes', the state's), each at a 4 KiB-aligned offset
         follower.json                {"state": ..., "watermark": ...}
         manifest.json                {"body": {...}, "sha256": <of the body>}
 
@@ -51,6 +52,7 @@ array (offsets that span their data, monotone CSR pointers: each index's `restor
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -67,17 +69,21 @@ from typing import Any
 import numpy as np
 
 from query_service.dense_index import InProcessDenseIndex
+from query_service.index_sync import APPLIED_CODEC
+from query_service.packed_table import PackedTable
 from query_service.ragged_arrays import nest_arrays, sub_arrays
+from query_service.registry_follower import VIEW_CODEC
 from query_service.sparse_index import InProcessBm25Index
 from ragrpc.analyzer import Analyzer
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the follower's and the sync's per-document state as arrays
 CURRENT = "CURRENT"
 ARRAYS = "arrays.bin"
 FOLLOWER = "follower.json"
 MANIFEST = "manifest.json"
+_STATE = "state"
 _PREFIX = "snapshot-"
 _TEMPORARY = ".tmp-"
 _ALIGNMENT = 4096
@@ -100,6 +106,8 @@ class LoadedSnapshot:
     follower_state: Any
     watermark: int
     created_at: float
+    state_arrays: dict[str, np.ndarray]
+    tables: dict[str, Any] = dataclasses.field(default_factory=dict)  # unpacked state (IndexSnapshots.load)
 
 
 class _Unusable(Exception):
@@ -138,6 +146,7 @@ def save_snapshot(
     identity: Mapping[str, Any],
     follower_state: Any,
     watermark: int,
+    state_arrays: Mapping[str, np.ndarray] | None = None,
     bm25: InProcessBm25Index | None = None,
     dense: InProcessDenseIndex | None = None,
     capture: IndexCapture | None = None,
@@ -151,7 +160,8 @@ def save_snapshot(
     another thread while the indexes change) or as `bm25` / `dense` (captured here). Either way the
     capture must be taken while no registry change is applied to the indexes, and `follower_state` /
     `watermark` must be what the follower had then: capture from the thread that applies the
-    follower's changes, between batches."""
+    follower's changes, between batches. `state_arrays`: the follower state's arrays (restored as
+    `LoadedSnapshot.state_arrays`)."""
     if keep < 1:
         raise ValueError("keep at least the snapshot just written")
     if capture is not None and (bm25 is not None or dense is not None):
@@ -160,7 +170,7 @@ def save_snapshot(
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     content = capture if capture is not None else capture_indexes(bm25, dense)
-    indexes, arrays = content.indexes, content.arrays
+    indexes, arrays = content.indexes, {**content.arrays, **nest_arrays(_STATE, state_arrays or {})}
     created_at = clock()
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(created_at)) + f"{int(created_at * 1e6) % 10**6:06d}"
     name = f"{_PREFIX}{stamp}-{os.getpid()}-{secrets.token_hex(4)}"  # names sort by creation time
@@ -322,7 +332,15 @@ def load_snapshot(
         verify,
         time.monotonic() - started,
     )
-    return LoadedSnapshot(path, bm25, held, follower["state"], int(follower["watermark"]), float(body["created_at"]))
+    return LoadedSnapshot(
+        path,
+        bm25,
+        held,
+        follower["state"],
+        int(follower["watermark"]),
+        float(body["created_at"]),
+        sub_arrays(arrays, _STATE),
+    )
 
 
 def verify_snapshot(path: str | Path) -> str | None:
@@ -486,7 +504,9 @@ class IndexSnapshots:
         self.saved = 0
 
     def load(self, *, analyzer: Analyzer | None, dense: bool) -> LoadedSnapshot | None:
-        return load_snapshot(
+        """The current snapshot with the follower's and the sync's tables unpacked from it (into
+        `tables`), or None (logged) where it must not be used."""
+        snapshot = load_snapshot(
             self.directory,
             identity=self.identity,
             max_age_s=self._max_age_s,
@@ -494,25 +514,41 @@ class IndexSnapshots:
             dense=dense,
             verify=self._verify,
         )
+        if snapshot is None:
+            return None
+        arrays = snapshot.state_arrays
+        try:
+            view = PackedTable.restore(VIEW_CODEC, sub_arrays(arrays, "follower"))
+            applied = PackedTable.restore(APPLIED_CODEC, sub_arrays(arrays, "sync"), share_keys_with=view)
+            tables = {"follower": view, "sync": applied}
+        except (ValueError, KeyError) as error:
+            logger.warning(
+                "index snapshot %s not used: corrupt state (%s: %s); the indexes load in full",
+                snapshot.path,
+                type(error).__name__,
+                error,
+            )
+            return None
+        return dataclasses.replace(snapshot, state_arrays={}, tables=tables)
 
     @staticmethod
     def restore(snapshot: LoadedSnapshot, follower: Any, sync: Any) -> None:
         """The follower and the sync take the snapshot's view (the sync was built on its indexes)."""
-        state = snapshot.follower_state
-        sync.restore_state(state["sync"])
-        follower.restore(state["follower"], snapshot.watermark)
+        sync.restore_state(snapshot.tables["sync"])
+        follower.restore(snapshot.follower_state["follower"], snapshot.tables["follower"], snapshot.watermark)
 
     def save(self, follower: Any, sync: Any) -> Path:
         """A snapshot of the view now: captured while the follower is paused (compacting the indexes
         under their own locks; queries go on), written afterwards."""
         with follower.paused():
-            follower_state, watermark = follower.export_state()
+            follower_state, follower_arrays, watermark = follower.export_state()
             capture = capture_indexes(bm25=sync.bm25_index, dense=sync.dense_index)
-            state = {"follower": follower_state, "sync": sync.export_state()}
+            arrays = {**nest_arrays("follower", follower_arrays), **nest_arrays("sync", sync.export_state())}
         path = save_snapshot(
             self.directory,
             identity=self.identity,
-            follower_state=state,
+            follower_state={"follower": follower_state},
+            state_arrays=arrays,
             watermark=watermark,
             capture=capture,
             keep=self._keep,

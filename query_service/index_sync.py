@@ -19,11 +19,12 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from query_service.dense_index import InProcessDenseIndex, VectorChunk
+from query_service.packed_table import PackedTable
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.context_header import bm25_text
@@ -89,7 +90,7 @@ class ChunkIndexSync:
         self._dense = dense
         self._chunks = chunks
         self._expected: dict[tuple[str, str], DocumentView] = {}  # documents seen while loading
-        self._applied: dict[str, tuple[str, int]] = {}  # key -> (generation, chunks) in the indexes
+        self._applied: PackedTable[tuple[str, int]] = PackedTable(APPLIED_CODEC)  # key -> (generation, chunks)
         self.loaded_chunks = 0
 
     @property
@@ -112,15 +113,15 @@ class ChunkIndexSync:
 
     def documents(self) -> dict[str, tuple[str, int]]:
         """What the indexes hold: document key -> (generation, chunk count)."""
-        return dict(self._applied)
+        return dict(self._applied.items())
 
-    def export_state(self) -> list[list[Any]]:
-        """What the indexes hold, for a snapshot (taken while no change is applied)."""
-        return [[key, generation, count] for key, (generation, count) in self._applied.items()]
+    def export_state(self) -> dict[str, np.ndarray]:
+        """What the indexes hold, as arrays for a snapshot (taken while no change is applied)."""
+        return self._applied.export()
 
-    def restore_state(self, rows: list[list[Any]]) -> None:
-        """What the indexes restored from a snapshot hold."""
-        self._applied = {str(key): (str(generation), int(count)) for key, generation, count in rows}
+    def restore_state(self, applied: PackedTable[tuple[str, int]]) -> None:
+        """What the indexes restored from a snapshot hold (PackedTable.restore of `export_state`)."""
+        self._applied = applied
 
     def documents_loaded(self, documents: list[DocumentView]) -> None:
         self._expected.update(((v.tenant, v.document_id), v) for v in documents)
@@ -204,7 +205,7 @@ class ChunkIndexSync:
             self._index.remove_document(tenant, document_id)
         if self._dense is not None:
             self._dense.remove_document(tenant, document_id)
-        self._applied.pop(document_key(tenant, document_id), None)
+        self._applied.pop(document_key(tenant, document_id))
 
     def documents_changed(self, changes: list[DocumentChange]) -> set[str]:
         """Removals at once; the changed documents' chunks read with one paged query per
@@ -247,6 +248,20 @@ class ChunkIndexSync:
                 continue
             self._replace(view, found)
         return short
+
+
+class _AppliedCodec:
+    """(generation, chunk count) packed: the generation, then the count as 4 bytes."""
+
+    def pack(self, value: tuple[str, int]) -> tuple[str, bytes]:
+        generation, count = value
+        return generation, int(count).to_bytes(4, "little")
+
+    def unpack(self, key: str, generation: str, rest: bytes) -> tuple[str, int]:
+        return generation, int.from_bytes(rest, "little")
+
+
+APPLIED_CODEC = _AppliedCodec()
 
 
 def _release_free_memory() -> None:

@@ -33,6 +33,7 @@ RAGRPC_REGISTRY_FOLLOW_INTERVAL_S off the event loop (and read-your-writes asks 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -40,6 +41,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
+from query_service.packed_table import PackedTable
 from ragrpc.consistency import chunk_fields, is_visible, version_digest
 from ragrpc.models import DocumentRecord, DocumentState, document_key
 from ragrpc.store import schema as s
@@ -126,7 +130,7 @@ class RegistryFollower:
         self._give_up_after = give_up_after_s
         self._clock = clock
         self._wall_clock = wall_clock
-        self._visible: dict[str, DocumentView] = {}
+        self._visible: PackedTable[DocumentView] = PackedTable(VIEW_CODEC)  # key -> the version queries see
         self._incoming: dict[str, DocumentView | None] = {}  # seen in the registry, not applied yet
         self._lagging_since: dict[str, float] = {}  # key -> when its change first failed to apply
         self._listeners: list[RegistryListener] = []
@@ -151,7 +155,7 @@ class RegistryFollower:
     def generations(self, keys: Iterable[str]) -> dict[str, str]:
         """The visible generation of each of these document keys that is visible."""
         visible = self._visible
-        return {key: view.generation for key in keys if (view := visible.get(key)) is not None}
+        return {key: generation for key in keys if (generation := visible.generation(key)) is not None}
 
     def accepted(self, keys: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """The generations a query may show of each key, oldest first: the visible one and, while a
@@ -159,8 +163,8 @@ class RegistryFollower:
         visible, incoming = self._visible, self._incoming
         found: dict[str, tuple[str, ...]] = {}
         for key in keys:
-            view, newer = visible.get(key), incoming.get(key)
-            generations = tuple(v.generation for v in (view, newer) if v is not None)
+            current, newer = visible.generation(key), incoming.get(key)
+            generations = tuple(g for g in (current, newer.generation if newer else None) if g is not None)
             if generations:
                 found[key] = tuple(dict.fromkeys(generations))
         return found
@@ -175,7 +179,7 @@ class RegistryFollower:
         return view.version if view is not None else ""
 
     def visible_generations(self) -> dict[str, str]:
-        return {key: view.generation for key, view in list(self._visible.items())}
+        return self._visible.generations()
 
     @property
     def lagging(self) -> int:
@@ -199,16 +203,16 @@ class RegistryFollower:
         with self._lock:
             yield
 
-    def export_state(self) -> tuple[dict[str, Any], int]:
-        """The view as JSON-serialisable data and the registry watermark it reflects (call it `paused`)."""
+    def export_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+        """The view as JSON-serialisable data (the few changes incoming), arrays (every visible
+        document, packed) and the registry watermark it reflects (call it `paused`)."""
         state = {
-            "visible": [_view_row(view) for view in self._visible.values()],
             "incoming": [[key, _view_row(view) if view is not None else None] for key, view in self._incoming.items()],
             "applied_through": self.applied_through,
         }
-        return state, self._watermark
+        return state, self._visible.export(), self._watermark
 
-    def restore(self, state: dict[str, Any], watermark: int) -> None:
+    def restore(self, state: dict[str, Any], visible: PackedTable[DocumentView], watermark: int) -> None:
         """Starts from a snapshot's view instead of `load()`: the next polls follow the registry from
         the watermark; the follower is ready once a poll has applied everything since the snapshot.
         The deletion journal holds every delete since a watermark younger than its retention
@@ -217,7 +221,7 @@ class RegistryFollower:
         start; for an older watermark the first poll lists every key too."""
         journal_covers = self._wall_clock() - int(watermark) < s.DELETION_JOURNAL_KEEP_S - _JOURNAL_MARGIN_S
         with self._lock:
-            self._visible = {view.key: view for view in map(_view_of_row, state["visible"])}
+            self._visible = visible
             self._incoming = {key: _view_of_row(row) if row is not None else None for key, row in state["incoming"]}
             self._lagging_since = dict.fromkeys(self._incoming, self._clock())
             self._watermark = int(watermark)
@@ -234,10 +238,11 @@ class RegistryFollower:
         with self._lock:
             started, wall = self._clock(), self._wall_clock()
             pages = seen = 0
-            loading: dict[str, DocumentView] = {}
+            loading: PackedTable[DocumentView] = PackedTable(VIEW_CODEC)
             for page in self._registry.scan(_REGISTRY.eq(s.STATE, int(DocumentState.ACTIVE))):
                 views = [view for record in page if (view := view_of(record)) is not None]
-                loading.update((view.key, view) for view in views)
+                for view in views:
+                    loading[view.key] = view
                 seen = max([seen, *(record.updated_at for record in page)])
                 for listener in self._listeners:
                     listener.documents_loaded(views)
@@ -247,12 +252,11 @@ class RegistryFollower:
             short: set[str] = set()
             for listener in self._listeners:
                 short.update(listener.load_finished() or ())
-            for key, view in loading.items():
-                if key in short:
-                    self._incoming[key] = view
-                    self._lagging_since.setdefault(key, self._clock())
-                else:
-                    self._visible[key] = view
+            for key in [key for key in short if key in loading]:
+                self._incoming[key] = loading.get(key)
+                self._lagging_since.setdefault(key, self._clock())
+                loading.pop(key)
+            self._visible.update(loading)
             if short:
                 self._start_incomplete = True
                 logger.warning(
@@ -332,7 +336,7 @@ class RegistryFollower:
                     now - self._lagging_since[key],
                 )
             if change.now is None:
-                self._visible.pop(key, None)
+                self._visible.pop(key)
             else:
                 self._visible[key] = change.now
             del self._incoming[key]
@@ -367,6 +371,25 @@ class RegistryFollower:
 
     def _schedule_reconcile(self, took_s: float) -> None:
         self._next_reconcile = self._clock() + max(self._reconcile_interval, _RECONCILE_COST_FACTOR * took_s)
+
+
+class _ViewCodec:
+    """A DocumentView packed: its generation, then chunk count, title, tags and metadata as compact
+    JSON (tenant and document id are the table's key)."""
+
+    def pack(self, view: DocumentView) -> tuple[str, bytes]:
+        title, tags, metadata = view.fields
+        rest = [view.chunk_count, title, list(tags), [list(pair) for pair in metadata]]
+        return view.generation, json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def unpack(self, key: str, generation: str, rest: bytes) -> DocumentView:
+        chunk_count, title, tags, metadata = json.loads(rest)
+        tenant, document_id = _split(key)
+        fields = (title, tuple(tags), tuple(tuple(pair) for pair in metadata))
+        return DocumentView(tenant, document_id, generation, fields, int(chunk_count))
+
+
+VIEW_CODEC = _ViewCodec()
 
 
 def _view_row(view: DocumentView) -> list[Any]:

@@ -22,11 +22,16 @@ from query_service.index_snapshot import (
     CURRENT,
     FOLLOWER,
     MANIFEST,
+    IndexSnapshots,
     capture_indexes,
     load_snapshot,
     save_snapshot,
     verify_snapshot,
 )
+from query_service.index_sync import APPLIED_CODEC
+from query_service.packed_table import PackedTable
+from query_service.ragged_arrays import nest_arrays
+from query_service.registry_follower import VIEW_CODEC, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
 from ragrpc.store import schema as s
 from ragrpc.store.request_filter import filter_from_request
@@ -313,3 +318,41 @@ def test_a_capture_written_while_the_indexes_change_holds_the_moment_it_was_take
     assert _answers(loaded.bm25, loaded.dense) == at_capture  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not both"):
         save_snapshot(tmp_path, identity=IDENTITY, follower_state=None, watermark=6, capture=capture, bm25=bm25)
+
+
+def test_the_per_document_state_round_trips_and_a_state_that_does_not_fit_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The follower's view and the sync's record travel as packed arrays (query_service.packed_table);
+    arrays written whole (checksums intact) that do not form a table make the replica load in full."""
+    bm25, dense, _ = _indexes()
+    view: PackedTable[DocumentView] = PackedTable(VIEW_CODEC)
+    view["acme/d1"] = DocumentView("acme", "d1", "g1", ("Title ✓", ("t",), (("k", "v"),)), 2)
+    applied: PackedTable[tuple[str, int]] = PackedTable(APPLIED_CODEC)
+    applied["acme/d1"] = ("g1", 2)
+    arrays = {**nest_arrays("follower", view.export()), **nest_arrays("sync", applied.export())}
+    snapshots = IndexSnapshots(tmp_path, identity=IDENTITY, max_age_s=3600)
+
+    def save(state_arrays: dict[str, np.ndarray]) -> None:
+        save_snapshot(
+            tmp_path,
+            identity=IDENTITY,
+            follower_state={"follower": {"incoming": [], "applied_through": 1.0}},
+            state_arrays=state_arrays,
+            watermark=5,
+            bm25=bm25,
+            dense=dense,
+        )
+
+    save(arrays)
+    loaded = snapshots.load(analyzer=WhitespaceAnalyzer(), dense=True)
+    assert loaded is not None and loaded.watermark == 5
+    assert dict(loaded.tables["follower"].items()) == dict(view.items())
+    assert dict(loaded.tables["sync"].items()) == {"acme/d1": ("g1", 2)}
+
+    no_values = {**arrays, "sync/values/blob": np.zeros(0, np.uint8), "sync/values/offsets": np.zeros(1, np.int64)}
+    save(no_values)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="query_service.index_snapshot"):
+        assert snapshots.load(analyzer=WhitespaceAnalyzer(), dense=True) is None
+    assert "corrupt state" in caplog.text and "1 keys and 0 values" in caplog.text and "load in full" in caplog.text

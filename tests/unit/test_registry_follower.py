@@ -4,7 +4,8 @@ backstop, and a watermark that never skips a row changed behind a running page s
 
 from __future__ import annotations
 
-from query_service.registry_follower import DocumentChange, DocumentView, RegistryFollower
+from query_service.packed_table import PackedTable
+from query_service.registry_follower import VIEW_CODEC, DocumentChange, DocumentView, RegistryFollower
 from ragrpc.models import DocumentRecord, DocumentState
 from ragrpc.testing import InMemoryDocumentRegistry
 
@@ -130,9 +131,9 @@ def _restored_from(registry: InMemoryDocumentRegistry, *, age_s: float) -> Regis
 
     source, _ = _follower(registry)
     source.load()
-    state, watermark = source.export_state()
+    state, arrays, watermark = source.export_state()
     follower, _ = _follower(registry, wall_clock=lambda: time.time() + age_s)
-    follower.restore(state, watermark)
+    follower.restore(state, PackedTable.restore(VIEW_CODEC, arrays), watermark)
     return follower
 
 
