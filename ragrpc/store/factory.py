@@ -99,10 +99,12 @@ def open_milvus_stores(
 
 def read_own_registry_writes(stores: MilvusStores) -> None:
     """The sole writer's registry reads from now on wait only for its own writes (Session consistency,
-    milvus_connection.ConsistentReads) instead of Milvus' time tick: call it once the writer holds the
-    lease and its recovery has read the registry with the collections' own (Strong) consistency."""
+    milvus_connection.ConsistentReads) instead of Milvus' time tick, and its reads by key only for its own
+    writes of those keys (key_write_times): call it once the writer holds the lease and its recovery has
+    read the registry with the collections' own (Strong) consistency."""
     names = stores.registry.names
     stores.connection.read_consistency.update({names.documents: "Session", names.jobs: "Session"})
+    stores.connection.follow_key_writes(names.documents, names.jobs)
 
 
 def wal_flusher(settings: Settings, stores: MilvusStores) -> WalFlusher | None:

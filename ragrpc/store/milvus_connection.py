@@ -20,6 +20,7 @@ from ragrpc import errors
 from ragrpc.security import is_loopback
 from ragrpc.store.failures import Failure, classify, is_unavailable
 from ragrpc.store.group_commit import WriteGroups
+from ragrpc.store.key_write_times import KeyWriteTimes
 from ragrpc.store.read_groups import ReadGroups
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,9 @@ class MilvusConnection:
         # (the sole writer, once its recovery read the registry with Strong consistency, reads it with Session
         # consistency: its own writes, without Strong's wait; ingest_service.__main__ sets it)
         self.read_consistency: dict[str, str] = {}
+        # the server timestamps of this client's writes by key, for the Session-read collections that
+        # `follow_key_writes` names: a read by key waits for its keys' writes only (key_write_times)
+        self.key_write_times = KeyWriteTimes()
         self.unflushed_since: float | None = None  # monotonic time of the first write since the last flush
         self.last_write_at = 0.0
 
@@ -217,10 +221,49 @@ class MilvusConnection:
                     client.load_collection(name)
             return fn(client)
 
-    def write(self, fn: Callable[[Any], T]) -> T:
-        """Runs a mutating call (insert, upsert, delete, create) alone: one writer at a time."""
+    def write(self, fn: Callable[[Any], T], *, collection: str = "", keys: Sequence[Any] | None = None) -> T:
+        """Runs a mutating call (insert, upsert, delete, create) alone: one writer at a time. A
+        change of rows names its `collection` and the primary `keys` it changes (None: any key, a
+        delete by filter), for the reads by key that wait for them (key_write_times)."""
         with self._write_lock:
-            return self._write_locked(fn)
+            if not collection:
+                return self._write_locked(fn)
+            return self._recorded(collection, keys, lambda: self._write_locked(fn))
+
+    def _recorded(self, collection: str, keys: Sequence[Any] | None, write: Callable[[], T]) -> T:
+        """`write()` (under the write lock), its keys' timestamp recorded, or their doubt."""
+        times = self.key_write_times
+        if not times.follows(collection):
+            return write()
+        before = self._last_write_ts(collection)
+        try:
+            result = write()
+        except BaseException:
+            times.failed(collection, keys)
+            raise
+        times.answered(collection, keys, before, self._last_write_ts(collection))
+        return result
+
+    def follow_key_writes(self, *collections: str) -> None:
+        """Reads by key of these collections (read with Session consistency) wait for this client's
+        writes of their keys only, from now on (call it where the Session level is set)."""
+        with self._write_lock:  # the newest write to any of them (the writer lease's, at least): timestamps are global
+            floor = max((self._last_write_ts(name) for name in collections), default=0)
+            for name in collections:
+                self.key_write_times.follow(name, floor)
+
+    def _last_write_ts(self, collection: str) -> int:
+        """The server timestamp of this client's last write to `collection`, as pymilvus records it
+        for Session reads (0 where it cannot be read)."""
+        try:
+            from pymilvus.client import ts_utils
+
+            milvus = self.client()._client
+            address = milvus._get_connection().server_address  # noqa: SLF001 - pymilvus' own record
+            return int(ts_utils.get_collection_ts(collection, address, milvus._config.db_name) or 0)  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - another pymilvus: plain Session reads
+            logger.debug("the last write timestamp of %s is not readable", collection, exc_info=True)
+            return 0
 
     def _write_locked(self, fn: Callable[[Any], T]) -> T:
         now = time.monotonic()
@@ -241,9 +284,12 @@ class MilvusConnection:
         self._linger.wait(group)
 
         def write(merged: list[dict[str, Any]]) -> object:
+            keys = [row[key_field] for row in merged]
             if operation == "upsert":  # idempotent: repeated as it is
-                return self._write_locked(lambda c: c.upsert(collection, merged))
-            return self._insert_once(collection, merged, key_field)
+                return self._recorded(
+                    collection, keys, lambda: self._write_locked(lambda c: c.upsert(collection, merged))
+                )
+            return self._recorded(collection, keys, lambda: self._insert_once(collection, merged, key_field))
 
         with self._write_lock:
             while not pending.done:
@@ -289,11 +335,21 @@ class MilvusConnection:
         return self.read_groups.get(
             collection,
             keys,
-            lambda wanted: self.call(lambda c: c.get(collection, ids=wanted, output_fields=output_fields)),
+            lambda wanted: self.call(
+                lambda c: c.get(
+                    collection, ids=wanted, output_fields=output_fields, **self._key_read_options(collection, wanted)
+                )
+            ),
             key_of=lambda row: row[key_field],
             retry_alone=lambda exc: not is_unavailable(exc),
             linger=lambda: self._linger.wait(("get", collection)),
         )
+
+    def _key_read_options(self, collection: str, keys: list[Any]) -> dict[str, Any]:
+        """A Session read by key of a followed collection names its keys' last write (key_write_times)."""
+        if self.read_consistency.get(collection) != "Session":
+            return {}
+        return self.key_write_times.read_options(collection, keys)
 
     def flush(self, names: Sequence[str]) -> None:
         """Seals what was written to these collections (between writes, under the writer lock)."""

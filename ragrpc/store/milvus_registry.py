@@ -123,7 +123,9 @@ class MilvusDocumentRegistry:
         """Removes the row, journalling the delete first (see deleted_since)."""
         key = document_key(tenant, document_id)
         self._conn.write_rows("upsert", self._names.jobs, [deletion_row(key, int(time.time()))], s.JOB_ID)
-        self._conn.write(lambda c: c.delete(self._names.documents, ids=[key]))
+        self._conn.write(
+            lambda c: c.delete(self._names.documents, ids=[key]), collection=self._names.documents, keys=[key]
+        )
 
     def deleted_since(self, updated_after: int) -> Iterator[list[str]]:
         """Keys of documents deleted after `updated_after` (unix seconds), in pages. A key may have been
@@ -146,7 +148,7 @@ class MilvusDocumentRegistry:
         expr = _JOBS_FILTER.and_(
             _JOBS_FILTER.eq(s.TENANT, s.DELETION_JOURNAL_TENANT), _JOBS_FILTER.lt(s.UPDATED_AT, int(older_than))
         )
-        self._conn.write(lambda c: c.delete(self._names.jobs, filter=expr.render()))
+        self._conn.write(lambda c: c.delete(self._names.jobs, filter=expr.render()), collection=self._names.jobs)
 
     @translate_errors
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:

@@ -273,3 +273,12 @@ def test_a_schema_1_collection_is_still_searched_with_the_raw_query(milvus_setti
     assert [c.bm25_terms for page in stores.chunks.scan_chunks(tenant, with_bm25_terms=True) for c in page] == [None]
     index_scan = stores.chunks.scan_chunks(tenant, with_bm25_terms=True, index_fields_only=True)
     assert [c.text for page in index_scan for c in page] == ["Ducks swim on ponds."]  # the text to analyse
+
+
+def test_the_writers_reads_by_key_see_its_own_writes(milvus_settings: Settings, real_embedder) -> None:  # type: ignore[no-untyped-def]
+    """milvus-lite reports no write timestamps (and its reads never wait): the writer's reads by key keep
+    the Session level and see every own write (the 2.3.5 server's per-key reads: tests/reliability)."""
+    from tests.support.key_write_checks import check_the_writers_reads_by_key
+
+    levels = check_the_writers_reads_by_key(milvus_settings, real_embedder.model_id, real_embedder.dimension)
+    assert levels["Session"] >= 25 and levels["Strong"] == 0, levels  # before its first write: "eventually"

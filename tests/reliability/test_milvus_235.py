@@ -394,3 +394,31 @@ def test_metadata_filters_against_milvus_235(milvus235: Milvus235, settings) -> 
 
     rows = check_metadata_filters(dataclasses.replace(settings, milvus_uri=milvus235.uri), prefix="m235meta")
     print_table("generic metadata filters on Milvus 2.3.5", rows, ("check", "result"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_writers_reads_by_key_see_its_own_writes_on_milvus_235(milvus235: Milvus235, settings) -> None:  # type: ignore[no-untyped-def]
+    """On the server whose Session reads wait for a time tick: each read by key names only its key's last
+    write (ragrpc.store.key_write_times) and sees it: rewrites, the deleting mark, deletes (2.3.5 answers a
+    delete without its timestamp: the key is read Strong), rows written before the writer followed the
+    registry, and a write applied whose answer was lost (read Strong)."""
+    from ragrpc.testing import HashingEmbedder
+    from tests.support.key_write_checks import check_the_writers_reads_by_key
+
+    embedder = HashingEmbedder()
+    levels = check_the_writers_reads_by_key(
+        dataclasses.replace(
+            settings,
+            milvus_uri=milvus235.uri,
+            collection_prefix="m235keys",
+            sparse_backend="rank_bm25",
+            index_type="HNSW",
+        ),
+        embedder.model_id,
+        embedder.dimension,
+        rounds=10,
+    )
+    print_table("the writer's reads by key on Milvus 2.3.5", sorted(levels.items()), ("consistency", "reads"))
+    # a delete answers without a timestamp on 2.3.5: a deleted key is read Strong (10 rounds, and the lost answer)
+    assert levels["Customized"] >= 30 and levels["Strong"] >= 11, levels
