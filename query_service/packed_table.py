@@ -50,12 +50,12 @@ def _pack(generation: str, rest: bytes) -> bytes:
     return len(head).to_bytes(_LENGTH, "little") + head + rest
 
 
-def _generation(data: bytes) -> str:
-    return data[_LENGTH : _LENGTH + int.from_bytes(data[:_LENGTH], "little")].decode()
+def _generation(data: bytes) -> str:  # on the query path (a visibility check per hit): no slice for the length
+    return data[_LENGTH : _LENGTH + (data[0] | data[1] << 8)].decode()
 
 
 def _split(data: bytes) -> tuple[str, bytes]:
-    end = _LENGTH + int.from_bytes(data[:_LENGTH], "little")
+    end = _LENGTH + (data[0] | data[1] << 8)
     return data[_LENGTH:end].decode(), data[end:]
 
 

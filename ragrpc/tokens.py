@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import os
 import re
 import tempfile
@@ -131,6 +132,9 @@ class TiktokenCounter:
         install_offline_encoding(encoding_name, cache_dir)
         self.encoding_name = encoding_name
         self._encoding = tiktoken.get_encoding(encoding_name)
+        # token -> characters of its bytes decoded alone (errors ignored), as `spans` counts them: one
+        # dict lookup a token instead of a call into tiktoken and a decode (a few MB at most: the vocabulary)
+        self._token_chars: dict[int, int] = {}
 
     def __reduce__(self) -> tuple[type[TiktokenCounter], tuple[str]]:
         # By name, made again where it is unpickled (the ingest service's document workers): tiktoken's
@@ -141,14 +145,17 @@ class TiktokenCounter:
         return len(self._encoding.encode(text, disallowed_special=())) if text else 0
 
     def spans(self, text: str) -> list[Span]:
+        """Each token's (start, end) in `text`: the characters of its bytes decoded alone, one after
+        the other (a character split between two tokens counts in neither)."""
         tokens = self._encoding.encode(text, disallowed_special=())
-        spans: list[Span] = []
-        offset = 0
-        for token in tokens:
-            piece = self._encoding.decode_single_token_bytes(token).decode("utf-8", errors="ignore")
-            spans.append((offset, offset + len(piece)))
-            offset += len(piece)
-        return spans
+        if not tokens:
+            return []
+        chars = self._token_chars
+        missing = [token for token in set(tokens) if token not in chars]
+        for token in missing:
+            chars[token] = len(self._encoding.decode_single_token_bytes(token).decode("utf-8", errors="ignore"))
+        ends = list(itertools.accumulate(chars[token] for token in tokens))
+        return list(zip([0, *ends[:-1]], ends, strict=True))
 
     def encode(self, text: str) -> list[int]:
         return self._encoding.encode(text, disallowed_special=())
