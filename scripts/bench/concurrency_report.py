@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.bench.report import write_docs_section
+
 BEGIN = "<!-- concurrency:begin (written by scripts/bench/concurrency_report.py) -->"
 END = "<!-- concurrency:end -->"
 CALLS = ("Retrieve", "Ask")
@@ -132,12 +134,4 @@ def section(stores: list[dict[str, Any]]) -> list[str]:
 
 def write_report(stores: list[dict[str, Any]], docs: Path) -> None:
     write_plot(stores, docs / "concurrency.png")
-    path = docs / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    text = "\n".join([BEGIN, *section(stores), END])
-    if BEGIN in old and END in old:
-        head, _, rest = old.partition(BEGIN)
-        new = head + text + rest.partition(END)[2]
-    else:
-        new = old.rstrip() + "\n\n" + text + "\n"
-    path.write_text(new)
+    write_docs_section(docs, BEGIN, END, section(stores))

@@ -98,3 +98,17 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return str(value)
+
+
+def write_docs_section(docs: Path, begin: str, end: str, lines: list[str]) -> None:
+    """Puts `lines` between the markers `begin` and `end` in docs/benchmarks.md (replacing what was there), or
+    appends them with the markers where the file has none; the rest of the file is kept as it is."""
+    path = docs / "benchmarks.md"
+    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    text = "\n".join([begin, *lines, end])
+    if begin in old and end in old:
+        head, _, rest = old.partition(begin)
+        new = head + text + rest.partition(end)[2]
+    else:
+        new = old.rstrip() + "\n\n" + text + "\n"
+    path.write_text(new)

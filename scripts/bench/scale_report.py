@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.bench.report import write_docs_section
+
 MODES = ("dense", "sparse", "hybrid")
 
 
@@ -86,15 +88,7 @@ BEGIN, END = "<!-- scale:begin (written by scripts/bench/scale_report.py) -->", 
 
 def write_report(rows: list[dict[str, Any]], docs: Path) -> None:
     write_plot(rows, docs / "scale.png")
-    path = docs / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    section = "\n".join([BEGIN, *_section(rows), END])
-    if BEGIN in old and END in old:
-        head, _, rest = old.partition(BEGIN)
-        new = head + section + rest.partition(END)[2]
-    else:
-        new = old.rstrip() + "\n\n" + section + "\n"
-    path.write_text(new)
+    write_docs_section(docs, BEGIN, END, _section(rows))
 
 
 def _command() -> str:

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.bench.report import write_docs_section
+
 BEGIN = "<!-- startup_snapshots:begin (written by scripts/bench/startup_report.py) -->"
 END = "<!-- startup_snapshots:end -->"
 
@@ -87,15 +89,7 @@ def section(rows: list[dict[str, Any]], command: str = "") -> list[str]:
 
 
 def write_report(rows: list[dict[str, Any]], docs: Path, command: str = "") -> None:
-    path = docs / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    text = "\n".join([BEGIN, *section(rows, command), END])
-    if BEGIN in old and END in old:
-        head, _, rest = old.partition(BEGIN)
-        new = head + text + rest.partition(END)[2]
-    else:
-        new = old.rstrip() + "\n\n" + text + "\n"
-    path.write_text(new)
+    write_docs_section(docs, BEGIN, END, section(rows, command))
 
 
 def main(argv: list[str]) -> None:
