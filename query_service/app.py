@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from query_service.answering import AnswerService
+from query_service.coarse_partitions import PartitionPolicy
 from query_service.consistency import ConsistencyGate
 from query_service.context import ContextAssembler
 from query_service.dense import InProcessDenseRetriever, StoreDenseRetriever, dense_search_mode
@@ -125,7 +126,17 @@ def build_dense_index(settings: Settings, chunks: ChunkStore, dimension: int) ->
     """The in-process dense index where RAGRPC_DENSE_SEARCH resolves to in_process, else None."""
     mode = dense_search_mode(settings.dense_search, chunks, settings.dense_in_process_max_chunks)
     logger.info("dense search: %s (RAGRPC_DENSE_SEARCH=%s)", mode, settings.dense_search)
-    return InProcessDenseIndex(dimension) if mode == "in_process" else None
+    return InProcessDenseIndex(dimension, partitions=partition_policy(settings)) if mode == "in_process" else None
+
+
+def partition_policy(settings: Settings) -> PartitionPolicy:
+    """When held vectors are searched over their coarse partitions (FAILED_PRECONDITION when invalid)."""
+    try:
+        return PartitionPolicy(min_chunks=settings.dense_partitions_min_chunks, probes=settings.dense_partition_probes)
+    except ValueError as error:
+        raise errors.PreconditionError(
+            f"RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS / RAGRPC_DENSE_PARTITION_PROBES: {error}"
+        ) from error
 
 
 def load_follower(follower: RegistryFollower) -> None:
@@ -295,7 +306,12 @@ def index_snapshots(settings: Settings, embedder: Embedder, *, dense_held: bool)
         "metadata_filter_keys": settings.metadata_filter_keys,
         "dense_held": dense_held,
     }
-    return IndexSnapshots(settings.index_snapshot_dir, identity=identity, max_age_s=settings.index_snapshot_max_age_s)
+    return IndexSnapshots(
+        settings.index_snapshot_dir,
+        identity=identity,
+        max_age_s=settings.index_snapshot_max_age_s,
+        dense_options={"partitions": partition_policy(settings)},
+    )
 
 
 def load_or_catch_up(follower: RegistryFollower) -> None:

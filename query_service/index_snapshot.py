@@ -495,8 +495,10 @@ class IndexSnapshots:
         max_age_s: float,
         verify: str = "full",
         keep: int = 2,
+        dense_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        self._dense_options = dict(dense_options or {})
         self.identity = dict(identity)
         self._max_age_s = max_age_s
         self._verify = verify
@@ -513,6 +515,7 @@ class IndexSnapshots:
             analyzer=analyzer,
             dense=dense,
             verify=self._verify,
+            dense_options=self._dense_options,
         )
         if snapshot is None:
             return None

@@ -500,6 +500,20 @@ class Settings:
         "server's index); 0: always the server's index",
         group=RETRIEVAL,
     )
+    dense_partitions_min_chunks: int = _setting(
+        200_000,
+        "RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS",
+        "Vectors held in the query service: a tenant with at least this many chunks is searched over the nearest of"
+        " its coarse partitions (k-means, about 2 x sqrt(chunks) lists) instead of every vector (at 1M chunks 6-8 ms"
+        " instead of 41 ms, recall@100 0.988-0.997 against exact search); below it, exact search; 0: always exact",
+        group=RETRIEVAL,
+    )
+    dense_partition_probes: int = _setting(
+        64,
+        "RAGRPC_DENSE_PARTITION_PROBES",
+        "Partitions a held-vector search reads (the nearest to the query): more is slower and nearer exact",
+        group=RETRIEVAL,
+    )
     sparse_backend: str = _setting(
         "rank_bm25",
         "RAGRPC_SPARSE_BACKEND",

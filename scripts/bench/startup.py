@@ -210,6 +210,24 @@ def _retrieve_over_grpc(address: str, queries: list[str]) -> dict[str, Any]:
     }
 
 
+def _dense_recall_over_grpc(address: str, queries: list[str], expected: list[list[str]]) -> float:
+    """Mean recall@10 of dense Retrieve (top-10 over gRPC) against exact search over the same vectors."""
+    import grpc
+
+    from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc
+
+    recalls = []
+    with grpc.insecure_channel(address) as channel:
+        stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)
+        options = retrieve_pb2.RetrievalOptions(top_k=10, mode=retrieve_pb2.RETRIEVAL_MODE_DENSE)
+        for text, exact in zip(queries, expected, strict=True):
+            request = retrieve_pb2.RetrieveRequest(query=text, options=options)
+            replies = stub.Retrieve(request, timeout=120)
+            got = {reply.chunk.chunk.chunk_id for reply in replies if reply.HasField("chunk")}
+            recalls.append(len(got & set(exact)) / len(exact))
+    return statistics.mean(recalls)
+
+
 async def _freshness_over_grpc(settings: Settings, embedder: Any, address: str) -> dict[str, float]:
     """Median of 5: an acknowledged IngestPipeline.ingest (this process as the ingest service) to its
     first BM25 hit in the query service (over gRPC), and an acknowledged delete to its disappearance."""
@@ -289,8 +307,9 @@ def measure_snapshot_starts(kind: str, size: int, queries: list[str]) -> dict[st
         vectors = np.stack([embedder.embed_query(q) for q in queries])
         store_s, _ = scale._store_floor(store_settings, embedder, vectors)
         matrix = np.concatenate(list(bulk.derived_vectors(base, size)))
-        exact_s, _ = scale._exact(matrix, vectors)
+        exact_s, exact_top = scale._exact(matrix, vectors)
         del matrix
+        expected = [[bulk.chunk_id(int(number)) for number in top[:10]] for top in exact_top]
         row["store_dense_ms"], row["exact_numpy_ms"] = scale._p(store_s), scale._p(exact_s)
         snapshots, logs = root / "snapshots", root / "logs"
         for label, processes in (("full", 1), ("snapshot", 1), ("snapshot_2proc", 2)):
@@ -300,6 +319,7 @@ def measure_snapshot_starts(kind: str, size: int, queries: list[str]) -> dict[st
             try:
                 if label == "snapshot":
                     row["retrieve_hybrid"] = _retrieve_over_grpc(service.address, queries)
+                    row["dense_recall_at_10"] = _dense_recall_over_grpc(service.address, queries, expected)
                     row["freshness"] = asyncio.run(_freshness_over_grpc(store_settings, embedder, service.address))
                 row[label] = started
             finally:

@@ -1,0 +1,210 @@
+"""Coarse partitions of the held vectors (query_service.coarse_partitions) and the dense index's
+search over them: near exact on clustered vectors, exact where every list is probed or a filter
+passes too few of the probed rows, kept in step through removals, additions and compactions, and
+carried by (or trained from) a snapshot's arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from query_service.coarse_partitions import EXACT, CoarsePartitions, PartitionPolicy
+from query_service.dense_index import InProcessDenseIndex, VectorChunk
+from ragrpc.store import schema as s
+
+DIMENSION = 24
+
+
+def _clustered(rng: np.random.Generator, n: int, centres: np.ndarray) -> np.ndarray:
+    """Unit vectors around `centres` (as a text collection's topics are)."""
+    picked = centres[rng.integers(0, len(centres), n)]
+    vectors = picked + 0.08 * rng.standard_normal((n, centres.shape[1])).astype(np.float32)
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _centres(rng: np.random.Generator, count: int = 40) -> np.ndarray:
+    centres = rng.standard_normal((count, DIMENSION)).astype(np.float32)
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def _chunks(document: str, vectors: np.ndarray, tag: str = "") -> list[VectorChunk]:
+    return [
+        VectorChunk(
+            f"{document}-{k}",
+            vector,
+            {s.CHUNK_ID: f"{document}-{k}", s.DOCUMENT_ID: document, s.TENANT: "t1", s.TAGS: (tag,) if tag else ()},
+        )
+        for k, vector in enumerate(vectors)
+    ]
+
+
+def _exact(held: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[str]:
+    ids = [f"{doc}-{n}" for doc, matrix in held.items() for n in range(len(matrix))]
+    scores = np.concatenate(list(held.values())) @ query
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))
+    return [ids[i] for i in order[:k]]
+
+
+def _filled(policy: PartitionPolicy, documents: int = 1500, seed: int = 1) -> tuple[InProcessDenseIndex, dict]:
+    rng = np.random.default_rng(seed)
+    centres = _centres(rng)
+    index = InProcessDenseIndex(DIMENSION, partitions=policy, merge_min_chunks=512)
+    held = {}
+    for d in range(documents):  # 1-3 chunks each
+        held[f"doc{d}"] = _clustered(rng, 1 + d % 3, centres)
+        index.replace_document("t1", f"doc{d}", _chunks(f"doc{d}", held[f"doc{d}"], tag="rare" if d % 300 == 7 else ""))
+    return index, held
+
+
+def test_every_row_is_in_exactly_one_list_and_an_assignment_round_trips() -> None:
+    rng = np.random.default_rng(0)
+    vectors = _clustered(rng, 5000, _centres(rng))
+    partitions = CoarsePartitions.train(vectors, PartitionPolicy.lists_for(len(vectors)))
+    assert partitions.lists == PartitionPolicy.lists_for(5000) == 141
+    assert np.array_equal(np.sort(partitions.order), np.arange(5000))
+    assignment = partitions.assignment()
+    nearest = np.argmax(vectors @ partitions.centroids.T, axis=1)
+    assert np.array_equal(assignment, nearest)  # each row in its nearest centroid's list
+    again = CoarsePartitions.of(partitions.centroids, assignment)
+    assert np.array_equal(again.order, partitions.order) and np.array_equal(again.offsets, partitions.offsets)
+    rows, scores = partitions.probed(vectors, vectors[0], 3)
+    assert 0 in rows and len(set(rows.tolist())) == len(rows) and np.allclose(scores, vectors[rows] @ vectors[0])
+    rows, scores = partitions.probed(vectors, vectors[0], 10_000)  # every list
+    assert np.array_equal(np.sort(rows), np.arange(5000)) and np.allclose(scores, vectors[rows] @ vectors[0])
+
+
+def test_carried_partitions_keep_the_kept_rows_lists_and_place_the_joining_rows() -> None:
+    rng = np.random.default_rng(2)
+    centres = _centres(rng)
+    vectors = _clustered(rng, 3000, centres)
+    partitions = CoarsePartitions.train(vectors, 60)
+    kept = np.arange(0, 3000, 2)
+    joining = _clustered(rng, 700, centres)
+    carried = partitions.carried(kept, joining)
+    assert carried.rows == 1500 + 700 and carried.lists == 60
+    assignment = carried.assignment()
+    assert np.array_equal(assignment[:1500], partitions.assignment()[kept])
+    assert np.array_equal(assignment[1500:], np.argmax(joining @ partitions.centroids.T, axis=1))
+
+
+def test_search_over_partitions_is_near_exact_and_exact_with_every_list_probed() -> None:
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=8))
+    index.compact()
+    scope = index._scopes["t1"]  # noqa: SLF001 - whether partitions were built is what is checked
+    assert scope.partitions is not None and scope.partitions.rows == index.chunk_count("t1") == 3000
+    rng = np.random.default_rng(9)
+    queries = _clustered(rng, 40, _centres(np.random.default_rng(1)))
+    recall = np.mean(
+        [len({c for c, _ in index.search(q, 10, tenant="t1")} & set(_exact(held, q, 10))) / 10 for q in queries]
+    )
+    assert recall >= 0.9  # 8 of 110 lists probed
+    everything = InProcessDenseIndex.restore(*index.export(), partitions=PartitionPolicy(min_chunks=1000, probes=500))
+    for query in queries[:10]:
+        assert [c for c, _ in everything.search(query, 10, tenant="t1")] == _exact(held, query, 10)
+
+
+def test_removed_documents_never_come_back_and_recent_rows_are_always_searched() -> None:
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=4))
+    index.compact()
+    for d in range(0, 1500, 2):  # half removed: dead compact slots behind the partitions
+        index.remove_document("t1", f"doc{d}")
+        del held[f"doc{d}"]
+    fresh = _clustered(np.random.default_rng(4), 3, _centres(np.random.default_rng(1)))
+    index.replace_document("t1", "fresh", _chunks("fresh", fresh))  # a recent row: no partition yet
+    held["fresh"] = fresh
+    for k, vector in enumerate(fresh):
+        got = [c for c, _ in index.search(vector, 5, tenant="t1")]
+        assert got[0] == f"fresh-{k}"
+        assert all(int(c.split("-")[0][3:]) % 2 == 1 for c in got if c.startswith("doc"))
+    index.compact()  # the removed rows go, the fresh ones join their lists
+    scope = index._scopes["t1"]  # noqa: SLF001
+    assert scope.partitions is not None and scope.partitions.rows == index.chunk_count("t1")
+    for k, vector in enumerate(fresh):
+        assert index.search(vector, 1, tenant="t1")[0][0] == f"fresh-{k}"
+
+
+def test_a_filter_that_passes_too_few_probed_rows_searches_every_row() -> None:
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=2))
+    index.compact()
+    rare = {doc: matrix for doc, matrix in held.items() if int(doc[3:]) % 300 == 7}  # 5 documents, 10 chunks
+    for query in _clustered(np.random.default_rng(5), 10, _centres(np.random.default_rng(1))):
+        got = index.search(query, 8, tenant="t1", allow=lambda attrs: "rare" in attrs[s.TAGS])
+        assert [c for c, _ in got] == _exact(rare, query, 8)
+        restricted = index.search(query, 3, tenant="t1", document_ids=["doc10", "doc11"])  # always exact
+        assert [c for c, _ in restricted] == _exact({d: held[d] for d in ("doc10", "doc11")}, query, 3)
+
+
+def test_partitions_come_and_go_with_the_tenant_s_size_and_are_retrained_when_outgrown() -> None:
+    policy = PartitionPolicy(min_chunks=1000, probes=4)
+    index, held = _filled(policy, documents=300)  # 600 chunks: under the minimum
+    index.compact()
+    assert index._scopes["t1"].partitions is None  # noqa: SLF001
+    rng = np.random.default_rng(6)
+    centres = _centres(np.random.default_rng(1))
+    for d in range(300, 900):
+        held[f"doc{d}"] = _clustered(rng, 2, centres)
+        index.replace_document("t1", f"doc{d}", _chunks(f"doc{d}", held[f"doc{d}"]))
+    index.compact()
+    first = index._scopes["t1"].partitions  # noqa: SLF001
+    assert first is not None and first.rows == 1800  # trained on the way (past 1,000), carried since
+    assert not policy.outgrown(first, 1800)
+    for d in range(900, 4500):  # 9,000 chunks: lists_for() more than twice the lists trained
+        held[f"doc{d}"] = _clustered(rng, 2, centres)
+        index.replace_document("t1", f"doc{d}", _chunks(f"doc{d}", held[f"doc{d}"]))
+    index.compact()
+    grown = index._scopes["t1"].partitions  # noqa: SLF001
+    assert grown is not None and grown.rows == 9000 and grown.lists > 2 * first.lists  # retrained on the way
+    assert not policy.outgrown(grown, 9000)
+    for d in range(4500):
+        if d % 10:
+            index.remove_document("t1", f"doc{d}")
+    index.compact()
+    assert index.chunk_count("t1") < 1000 and index._scopes["t1"].partitions is None  # noqa: SLF001
+
+
+def test_a_snapshot_carries_the_partitions_and_one_without_them_trains_them() -> None:
+    policy = PartitionPolicy(min_chunks=1000, probes=5)
+    index, held = _filled(policy)
+    meta, arrays = index.export()
+    assert meta["format"] == 2 and meta["scopes"][0]["partitions"]
+    queries = _clustered(np.random.default_rng(8), 10, _centres(np.random.default_rng(1)))
+    expected = [index.search(q, 10, tenant="t1") for q in queries]
+    restored = InProcessDenseIndex.restore(meta, arrays, partitions=policy)
+    assert [restored.search(q, 10, tenant="t1") for q in queries] == expected
+    # format 1 (before partitions): trained at restore with the same seed, so the same lists
+    old_meta = {**meta, "format": 1, "scopes": [{k: v for k, v in meta["scopes"][0].items() if k != "partitions"}]}
+    old_arrays = {name: array for name, array in arrays.items() if "/partitions/" not in name}
+    trained = InProcessDenseIndex.restore(old_meta, old_arrays, partitions=policy)
+    assert trained._scopes["t1"].partitions is not None  # noqa: SLF001
+    assert [trained.search(q, 10, tenant="t1") for q in queries] == expected
+    exact = InProcessDenseIndex.restore(meta, arrays, partitions=EXACT)  # partitions turned off: not used
+    assert exact._scopes["t1"].partitions is None  # noqa: SLF001
+    assert [c for c, _ in exact.search(queries[0], 10, tenant="t1")] == _exact(held, queries[0], 10)
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "message"),
+    [
+        ("order", lambda a: a[::-1][1:], "order of shape"),
+        ("order", lambda a: np.where(a == 0, 1, a).astype(np.int32), "permutation"),
+        ("order", lambda a: np.where(a == 0, 10**6, a).astype(np.int32), "past the matrix"),
+        ("offsets", lambda a: np.concatenate((a[:1], a[2:3] + 1, a[1:2], a[3:])), "backwards"),
+        ("offsets", lambda a: a[:-1], "do not span"),
+        ("centroids", lambda a: a[:, :-1], "dimension"),
+        ("centroids", lambda a: a.astype(np.float64), "float32"),
+    ],
+)
+def test_partition_arrays_that_do_not_fit_the_vectors_are_refused(name: str, damage, message: str) -> None:
+    index, _ = _filled(PartitionPolicy(min_chunks=1000, probes=5), documents=700)
+    meta, arrays = index.export()
+    key = f"s0/partitions/{name}"
+    broken = {**arrays, key: damage(np.array(arrays[key]))}
+    with pytest.raises(ValueError, match=message):
+        InProcessDenseIndex.restore(meta, broken, partitions=PartitionPolicy(min_chunks=1000, probes=5))
+
+
+def test_a_policy_that_no_search_could_use_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        PartitionPolicy(probes=0)
+    with pytest.raises(ValueError, match="0 \\(never\\)"):
+        PartitionPolicy(min_chunks=-1)
