@@ -132,10 +132,12 @@ def build_dense_index(settings: Settings, chunks: ChunkStore, dimension: int) ->
 def partition_policy(settings: Settings) -> PartitionPolicy:
     """When held vectors are searched over their coarse partitions (FAILED_PRECONDITION when invalid)."""
     try:
-        return PartitionPolicy(min_chunks=settings.dense_partitions_min_chunks, probes=settings.dense_partition_probes)
+        return PartitionPolicy(
+            min_chunks=settings.dense_partitions_min_chunks, probe_percent=settings.dense_partitions_probe_percent
+        )
     except ValueError as error:
         raise errors.PreconditionError(
-            f"RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS / RAGRPC_DENSE_PARTITION_PROBES: {error}"
+            f"RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS / RAGRPC_DENSE_PARTITIONS_PROBE_PERCENT: {error}"
         ) from error
 
 

@@ -1,4 +1,4 @@
-"""An in-process copy of the chunks' vectors for exact dense search, per tenant.
+"""An in-process copy of the chunks' vectors for dense search, per tenant.
 
 milvus-lite's own vector search costs about 27 ms at 10k chunks and 170 ms at 100k on 2 cores,
 where an exact search over the same vectors in memory costs 0.4 ms and 8 ms (`make bench`,
@@ -6,20 +6,20 @@ scale section). So where the store is milvus-lite, the query service keeps the v
 visible chunks in memory, filled and kept in step by the same sync as the BM25 index
 (query_service.index_sync: one paged scan at start, batches of registry changes after), and
 searches them: exactly (recall 1.0 by construction) while a tenant holds fewer than
-`RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS` chunks (200k), over the nearest of its coarse partitions
-above that (query_service.coarse_partitions: at 1M chunks 6-8 ms instead of 41 ms, recall@100
-0.988-0.997 against exact search). A Milvus server searches its own index (`RAGRPC_DENSE_SEARCH`,
-query_service.dense).
+`RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS` chunks (200k), over the nearest 10 % of its coarse partitions
+above that (query_service.coarse_partitions; approximate, its recall in docs/benchmarks.md). A
+Milvus server searches its own index (`RAGRPC_DENSE_SEARCH`, query_service.dense).
 
-Layout per tenant, as the BM25 index's: a compact matrix (float32, one row a slot; built by a
-compaction or memory-mapped from a snapshot, never changed in place) and a recent matrix the
-chunks added since grow into; the slots' chunk ids, documents and attributes are a `SlotTable`
-(query_service.slot_table). Removing a document marks its slots dead; a compaction makes one new
-compact matrix of the live rows once the recent rows pass max(`merge_min_chunks`, `merge_ratio` x
-the compact rows) or dead slots outnumber live ones, and on `compact()` / `trim()`.
+Layout per tenant, as the BM25 index's: a compact matrix (float32, one row a slot, stored list by
+list where the tenant has partitions; built by a compaction or memory-mapped from a snapshot, never
+changed in place) and a recent matrix the chunks added since grow into; the slots' chunk ids,
+documents and attributes are a `SlotTable` (query_service.slot_table). Removing a document marks its
+slots dead; a compaction makes one new compact matrix of the live rows once the recent rows pass
+max(`merge_min_chunks`, `merge_ratio` x the compact rows) or dead slots outnumber live ones, and on
+`compact()` / `trim()`.
 
 Memory: the vector (4 bytes a dimension: 1.5 KB at 384) and the chunk's attributes (the
-partitions add 4 bytes a row and their centroids).
+partitions add 8 bytes a row and their centroids).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from query_service.coarse_partitions import CoarsePartitions, PartitionPolicy
+from query_service.coarse_partitions import EXACT, CoarsePartitions, PartitionPolicy, assign
 from query_service.ragged_arrays import nest_arrays, sub_arrays
 from query_service.rw_lock import ReadWriteLock
 from query_service.slot_table import SlotTable
@@ -39,9 +39,10 @@ from query_service.slot_table import SlotTable
 logger = logging.getLogger(__name__)
 
 AttrPredicate = Callable[[Mapping[str, Any]], bool]
-FORMAT = 2  # of `export`'s arrays and meta (1: without partitions; still read)
-_FORMATS = (1, 2)
+FORMAT = 3  # of `export`'s arrays and meta (1: without partitions, still read; 2: a layout never released)
+_FORMATS = (1, 3)
 _MIN_CAPACITY = 1024
+_COPY_BATCH = 65536  # rows copied at once by a compaction
 
 
 class VectorChunk(NamedTuple):
@@ -53,8 +54,9 @@ class VectorChunk(NamedTuple):
 
 
 class _Scope:
-    """The vectors of one tenant: compact rows (slots 0..n-1), then recent rows; the compact rows'
-    partitions where the tenant is large enough to have them (query_service.coarse_partitions)."""
+    """The vectors of one tenant: the compact rows (slots 0..n-1), then recent rows. Where the tenant
+    has coarse partitions (query_service.coarse_partitions) the compact rows are stored list by list
+    and the partitions map rows to slots; otherwise row i holds slot i."""
 
     def __init__(
         self,
@@ -83,18 +85,42 @@ class _Scope:
         self.recent[used:needed] = matrix
         self.slots.append(document_id, chunk_ids, attrs)
 
+    def _rows_of(self, slots: np.ndarray) -> np.ndarray:
+        """The compact rows of compact `slots`."""
+        return self.partitions.slot_row[slots] if self.partitions is not None else slots
+
+    def _read(self, sources: np.ndarray) -> np.ndarray:
+        """Vectors by source number: compact rows 0..n-1, then recent rows."""
+        size = len(self.compact)
+        out = np.empty((len(sources), self.compact.shape[1]), dtype=np.float32)
+        in_compact = sources < size
+        out[in_compact] = self.compact[sources[in_compact]]
+        out[~in_compact] = self.recent[sources[~in_compact] - size]
+        return out
+
     def merged(self, policy: PartitionPolicy) -> _Merged:
+        """The live slots as a new compact matrix (list by list where the policy wants partitions)."""
         keep = self.slots.live()
-        compact_keep = keep[keep < len(self.compact)]
-        recent_keep = keep[keep >= len(self.compact)] - len(self.compact)
-        joining = self.recent[recent_keep]
-        vectors = np.concatenate((self.compact[compact_keep], joining))
+        size = len(self.compact)
+        from_compact = keep < size
+        sources = keep.astype(np.int64)  # each new slot's source: a compact row, or size + its recent row
+        sources[from_compact] = self._rows_of(keep[from_compact])
         partitions = None
-        if policy.wanted(len(vectors)):
-            if self.partitions is None or policy.outgrown(self.partitions, len(vectors)):
-                partitions = CoarsePartitions.train(vectors, policy.lists_for(len(vectors)))
+        if policy.wanted(len(keep)):
+            if self.partitions is None or policy.outgrown(self.partitions, len(keep)):
+                lists = policy.lists_for(len(keep))
+                centroids = CoarsePartitions.train(lambda n: self._read(sources[n]), len(keep), lists)
+                assignment = assign(self._read, sources, centroids)
             else:
-                partitions = self.partitions.carried(compact_keep, joining)
+                centroids = self.partitions.centroids
+                assignment = np.empty(len(keep), dtype=np.int32)
+                assignment[from_compact] = self.partitions.lists_of_rows(sources[from_compact])
+                assignment[~from_compact] = assign(self._read, sources[~from_compact], centroids)
+            partitions = CoarsePartitions.laid_out(centroids, assignment)
+            sources = sources[partitions.row_slot]
+        vectors = np.empty((len(sources), self.compact.shape[1]), dtype=np.float32)
+        for start in range(0, len(sources), _COPY_BATCH):  # no second whole copy on the way
+            vectors[start : start + _COPY_BATCH] = self._read(sources[start : start + _COPY_BATCH])
         return _Merged(vectors, self.slots.merged(keep), partitions)
 
     def install(self, merged: _Merged) -> None:
@@ -102,37 +128,36 @@ class _Scope:
         self.recent = np.zeros((0, self.compact.shape[1]), dtype=np.float32)
 
     def scores(
-        self, query: np.ndarray, document_ids: Collection[str] | None, probes: int
+        self, query: np.ndarray, document_ids: Collection[str] | None, policy: PartitionPolicy
     ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(live candidate slots, their cosines, whether only the `probes` nearest partitions were
-        read: 0 reads every row)."""
-        slots_table, compact_size = self.slots, len(self.compact)
+        """(live candidate slots, their cosines, whether only the nearest partitions were read)."""
+        slots_table, size, partitions = self.slots, len(self.compact), self.partitions
         if document_ids is not None:
             slots = slots_table.slots_of(document_ids)
-            in_compact = slots < compact_size
+            in_compact = slots < size
             scores = np.empty(len(slots), dtype=np.float32)
-            scores[in_compact] = self.compact[slots[in_compact]] @ query
-            scores[~in_compact] = self.recent[slots[~in_compact] - compact_size] @ query
+            scores[in_compact] = self.compact[self._rows_of(slots[in_compact])] @ query
+            scores[~in_compact] = self.recent[slots[~in_compact] - size] @ query
             return slots, scores, False
-        approximate = probes > 0 and self.partitions is not None and probes < self.partitions.lists
-        if approximate:
-            assert self.partitions is not None
-            slots, scores = self.partitions.probed(self.compact, query, probes)
-            if slots_table.recent_size:
-                scores = np.concatenate((scores, self.recent[: slots_table.recent_size] @ query))
-                slots = np.concatenate((slots, np.arange(compact_size, compact_size + slots_table.recent_size)))
-            if slots_table.dead_slots:
-                live = slots_table.alive.view()[slots]
-                slots, scores = slots[live], scores[live]
-            return slots, scores, True
-        scores = self.compact @ query
+        approximate = False
+        if partitions is not None and policy.wanted(size) and policy.probes(partitions.lists) < partitions.lists:
+            approximate, offsets = True, partitions.offsets
+            lists = partitions.nearest_lists(query, policy.probes(partitions.lists))
+            ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in lists]
+            parts = [self.compact[start:stop] @ query for start, stop in ranges]
+            slot_parts = [partitions.row_slot[start:stop] for start, stop in ranges]
+        else:
+            parts = [self.compact @ query]
+            slot_parts = [partitions.row_slot if partitions is not None else np.arange(size)]
         if slots_table.recent_size:
-            scores = np.concatenate((scores, self.recent[: slots_table.recent_size] @ query))
-        slots = np.arange(len(scores))
+            parts.append(self.recent[: slots_table.recent_size] @ query)
+            slot_parts.append(np.arange(size, size + slots_table.recent_size))
+        scores = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        slots = np.concatenate(slot_parts).astype(np.int64, copy=False) if slot_parts else np.zeros(0, np.int64)
         if slots_table.dead_slots:
-            live = slots_table.alive.view()
+            live = slots_table.alive.view()[slots]
             slots, scores = slots[live], scores[live]
-        return slots, scores, False
+        return slots, scores, approximate
 
     @property
     def nbytes(self) -> int:
@@ -245,10 +270,10 @@ class InProcessDenseIndex:
             scope = self._scopes.get(tenant)
             if scope is None or not scope.slots.live_slots:
                 return []
-            slots, scores, approximate = scope.scores(query, document_ids, self.partition_policy.probes)
+            slots, scores, approximate = scope.scores(query, document_ids, self.partition_policy)
             found = _best_allowed(scope.slots, slots, scores, top_k, allow)
             if approximate and len(found) < top_k:  # a filter passed too few of the probed rows
-                slots, scores, _ = scope.scores(query, document_ids, 0)
+                slots, scores, _ = scope.scores(query, document_ids, EXACT)
                 found = _best_allowed(scope.slots, slots, scores, top_k, allow)
             return found
 
@@ -284,8 +309,10 @@ class InProcessDenseIndex:
     @classmethod
     def restore(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], **options: Any) -> InProcessDenseIndex:
         """An index over exported arrays (memory-mapped vectors are searched in place, never copied
-        whole); ValueError when they are not a consistent export of this format. Partitions the
-        export lacks but the policy wants (format 1, or a smaller tenant then) are trained here."""
+        whole); ValueError when they are not a consistent export of this format, `WithoutPartitions`
+        when a tenant the policy wants partitioned was exported without partitions (by an earlier
+        version, or under another policy): laying them out would copy the vectors, which a full load
+        does as well and then writes a snapshot that has them."""
         if meta.get("format") not in _FORMATS:
             raise ValueError(f"dense index format {meta.get('format')!r}, expected one of {_FORMATS}")
         index = cls(int(meta["dimension"]), **options)
@@ -298,15 +325,21 @@ class InProcessDenseIndex:
             if vectors.dtype != np.float32 or vectors.ndim != 2:
                 raise ValueError("held vectors are not a float32 matrix")
             partitions = None
-            if index.partition_policy.wanted(len(vectors)):
-                if scope_meta.get("partitions"):
-                    partitions = CoarsePartitions.restore(
-                        sub_arrays(arrays, f"s{number}/partitions"), len(vectors), index.dimension
-                    )
-                else:
-                    partitions = CoarsePartitions.train(vectors, index.partition_policy.lists_for(len(vectors)))
+            if scope_meta.get("partitions"):  # the rows are laid out by them, wanted or not
+                partitions = CoarsePartitions.restore(
+                    sub_arrays(arrays, f"s{number}/partitions"), len(vectors), index.dimension
+                )
+            elif index.partition_policy.wanted(len(vectors)):
+                raise WithoutPartitions(
+                    f"the held vectors of tenant {tenant!r} ({len(vectors)} chunks) have no coarse partitions, which"
+                    f" RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS={index.partition_policy.min_chunks} asks for"
+                )
             index._scopes[tenant] = _Scope(tenant, index.dimension, vectors, slots, partitions)
         return index
+
+
+class WithoutPartitions(ValueError):
+    """An export whose held vectors lack the coarse partitions the policy wants (not corrupt)."""
 
 
 def _best_allowed(

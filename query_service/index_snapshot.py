@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from query_service.dense_index import InProcessDenseIndex
+from query_service.dense_index import InProcessDenseIndex, WithoutPartitions
 from query_service.index_sync import APPLIED_CODEC
 from query_service.packed_table import PackedTable
 from query_service.ragged_arrays import nest_arrays, sub_arrays
@@ -316,7 +316,7 @@ def load_snapshot(
             held = InProcessDenseIndex.restore(
                 indexes["dense"], sub_arrays(arrays, "dense"), **dict(dense_options or {})
             )
-    except _Unusable as unusable:
+    except (_Unusable, WithoutPartitions) as unusable:
         logger.warning("index snapshot %s not used: %s; the indexes load in full", path, unusable)
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:

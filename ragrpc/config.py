@@ -504,14 +504,15 @@ class Settings:
         200_000,
         "RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS",
         "Vectors held in the query service: a tenant with at least this many chunks is searched over the nearest of"
-        " its coarse partitions (k-means, about 2 x sqrt(chunks) lists) instead of every vector (at 1M chunks 6-8 ms"
-        " instead of 41 ms, recall@100 0.988-0.997 against exact search); below it, exact search; 0: always exact",
+        " its coarse partitions (k-means, about 2 x sqrt(chunks) lists, the vectors stored list by list) instead of"
+        " every vector; below it, exact search; 0: always exact. Approximate: docs/benchmarks.md has its recall",
         group=RETRIEVAL,
     )
-    dense_partition_probes: int = _setting(
-        64,
-        "RAGRPC_DENSE_PARTITION_PROBES",
-        "Partitions a held-vector search reads (the nearest to the query): more is slower and nearer exact",
+    dense_partitions_probe_percent: float = _setting(
+        10.0,
+        "RAGRPC_DENSE_PARTITIONS_PROBE_PERCENT",
+        "Share of a partitioned tenant's lists a held-vector search reads, the nearest to the query (percent, over 0"
+        " and at most 100): more is slower and nearer exact",
         group=RETRIEVAL,
     )
     sparse_backend: str = _setting(

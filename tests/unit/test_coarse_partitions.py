@@ -1,15 +1,15 @@
 """Coarse partitions of the held vectors (query_service.coarse_partitions) and the dense index's
 search over them: near exact on clustered vectors, exact where every list is probed or a filter
 passes too few of the probed rows, kept in step through removals, additions and compactions, and
-carried by (or trained from) a snapshot's arrays."""
+carried by a snapshot (one without them is refused where they are wanted)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from query_service.coarse_partitions import EXACT, CoarsePartitions, PartitionPolicy
-from query_service.dense_index import InProcessDenseIndex, VectorChunk
+from query_service.coarse_partitions import EXACT, CoarsePartitions, PartitionPolicy, nearest_centroid
+from query_service.dense_index import InProcessDenseIndex, VectorChunk, WithoutPartitions
 from ragrpc.store import schema as s
 
 DIMENSION = 24
@@ -56,39 +56,48 @@ def _filled(policy: PartitionPolicy, documents: int = 1500, seed: int = 1) -> tu
     return index, held
 
 
-def test_every_row_is_in_exactly_one_list_and_an_assignment_round_trips() -> None:
+def test_rows_are_laid_out_list_by_list_and_map_back_to_their_slots() -> None:
     rng = np.random.default_rng(0)
     vectors = _clustered(rng, 5000, _centres(rng))
-    partitions = CoarsePartitions.train(vectors, PartitionPolicy.lists_for(len(vectors)))
-    assert partitions.lists == PartitionPolicy.lists_for(5000) == 141
-    assert np.array_equal(np.sort(partitions.order), np.arange(5000))
-    assignment = partitions.assignment()
-    nearest = np.argmax(vectors @ partitions.centroids.T, axis=1)
-    assert np.array_equal(assignment, nearest)  # each row in its nearest centroid's list
-    again = CoarsePartitions.of(partitions.centroids, assignment)
-    assert np.array_equal(again.order, partitions.order) and np.array_equal(again.offsets, partitions.offsets)
-    rows, scores = partitions.probed(vectors, vectors[0], 3)
-    assert 0 in rows and len(set(rows.tolist())) == len(rows) and np.allclose(scores, vectors[rows] @ vectors[0])
-    rows, scores = partitions.probed(vectors, vectors[0], 10_000)  # every list
-    assert np.array_equal(np.sort(rows), np.arange(5000)) and np.allclose(scores, vectors[rows] @ vectors[0])
+    lists = PartitionPolicy.lists_for(len(vectors))
+    centroids = CoarsePartitions.train(lambda rows: vectors[rows], len(vectors), lists)
+    assert lists == 141 and centroids.shape == (141, DIMENSION)
+    assignment = nearest_centroid(vectors, centroids)
+    partitions = CoarsePartitions.laid_out(centroids, assignment)
+    assert np.array_equal(np.sort(partitions.row_slot), np.arange(5000))
+    assert np.array_equal(partitions.row_slot[partitions.slot_row], np.arange(5000))
+    assert np.array_equal(partitions.lists_of_rows(partitions.slot_row), assignment)  # each slot in its list
+    assert np.all(np.diff(assignment[partitions.row_slot]) >= 0)  # the rows go list by list
+    assert partitions.offsets[0] == 0 and partitions.offsets[-1] == 5000
+    nearest = partitions.nearest_lists(vectors[0], 3)
+    assert assignment[0] in nearest and len(set(nearest)) == 3
+    assert partitions.nearest_lists(vectors[0], 10_000) == list(range(141))
+    assert PartitionPolicy().probes(2000) == 200 and PartitionPolicy(probe_percent=0.01).probes(9) == 1
 
 
-def test_carried_partitions_keep_the_kept_rows_lists_and_place_the_joining_rows() -> None:
+def test_a_compaction_keeps_every_row_in_its_nearest_list_and_each_row_with_its_slot() -> None:
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probe_percent=10))
     rng = np.random.default_rng(2)
-    centres = _centres(rng)
-    vectors = _clustered(rng, 3000, centres)
-    partitions = CoarsePartitions.train(vectors, 60)
-    kept = np.arange(0, 3000, 2)
-    joining = _clustered(rng, 700, centres)
-    carried = partitions.carried(kept, joining)
-    assert carried.rows == 1500 + 700 and carried.lists == 60
-    assignment = carried.assignment()
-    assert np.array_equal(assignment[:1500], partitions.assignment()[kept])
-    assert np.array_equal(assignment[1500:], np.argmax(joining @ partitions.centroids.T, axis=1))
+    centres = _centres(np.random.default_rng(1))
+    for d in range(0, 1500, 3):
+        index.remove_document("t1", f"doc{d}")
+        del held[f"doc{d}"]
+    for d in range(1500, 1800):
+        held[f"doc{d}"] = _clustered(rng, 2, centres)
+        index.replace_document("t1", f"doc{d}", _chunks(f"doc{d}", held[f"doc{d}"]))
+    index.compact()
+    scope = index._scopes["t1"]  # noqa: SLF001 - the layout itself is what is checked
+    partitions = scope.partitions
+    assert partitions is not None and partitions.rows == len(scope.compact) == index.chunk_count("t1")
+    by_chunk = {f"{doc}-{k}": vector for doc, matrix in held.items() for k, vector in enumerate(matrix)}
+    for row in range(0, partitions.rows, 7):
+        assert np.array_equal(scope.compact[row], by_chunk[scope.slots.chunk_id(int(partitions.row_slot[row]))])
+    nearest = np.argmax(scope.compact @ partitions.centroids.T, axis=1)
+    assert np.array_equal(nearest, partitions.lists_of_rows(np.arange(partitions.rows)))
 
 
 def test_search_over_partitions_is_near_exact_and_exact_with_every_list_probed() -> None:
-    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=8))
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probe_percent=8))
     index.compact()
     scope = index._scopes["t1"]  # noqa: SLF001 - whether partitions were built is what is checked
     assert scope.partitions is not None and scope.partitions.rows == index.chunk_count("t1") == 3000
@@ -97,14 +106,16 @@ def test_search_over_partitions_is_near_exact_and_exact_with_every_list_probed()
     recall = np.mean(
         [len({c for c, _ in index.search(q, 10, tenant="t1")} & set(_exact(held, q, 10))) / 10 for q in queries]
     )
-    assert recall >= 0.9  # 8 of 110 lists probed
-    everything = InProcessDenseIndex.restore(*index.export(), partitions=PartitionPolicy(min_chunks=1000, probes=500))
+    assert recall >= 0.9  # 9 of 110 lists probed
+    everything = InProcessDenseIndex.restore(
+        *index.export(), partitions=PartitionPolicy(min_chunks=1000, probe_percent=100)
+    )
     for query in queries[:10]:
         assert [c for c, _ in everything.search(query, 10, tenant="t1")] == _exact(held, query, 10)
 
 
 def test_removed_documents_never_come_back_and_recent_rows_are_always_searched() -> None:
-    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=4))
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probe_percent=4))
     index.compact()
     for d in range(0, 1500, 2):  # half removed: dead compact slots behind the partitions
         index.remove_document("t1", f"doc{d}")
@@ -124,7 +135,7 @@ def test_removed_documents_never_come_back_and_recent_rows_are_always_searched()
 
 
 def test_a_filter_that_passes_too_few_probed_rows_searches_every_row() -> None:
-    index, held = _filled(PartitionPolicy(min_chunks=1000, probes=2))
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probe_percent=2))
     index.compact()
     rare = {doc: matrix for doc, matrix in held.items() if int(doc[3:]) % 300 == 7}  # 5 documents, 10 chunks
     for query in _clustered(np.random.default_rng(5), 10, _centres(np.random.default_rng(1))):
@@ -135,7 +146,7 @@ def test_a_filter_that_passes_too_few_probed_rows_searches_every_row() -> None:
 
 
 def test_partitions_come_and_go_with_the_tenant_s_size_and_are_retrained_when_outgrown() -> None:
-    policy = PartitionPolicy(min_chunks=1000, probes=4)
+    policy = PartitionPolicy(min_chunks=1000, probe_percent=4)
     index, held = _filled(policy, documents=300)  # 600 chunks: under the minimum
     index.compact()
     assert index._scopes["t1"].partitions is None  # noqa: SLF001
@@ -162,32 +173,35 @@ def test_partitions_come_and_go_with_the_tenant_s_size_and_are_retrained_when_ou
     assert index.chunk_count("t1") < 1000 and index._scopes["t1"].partitions is None  # noqa: SLF001
 
 
-def test_a_snapshot_carries_the_partitions_and_one_without_them_trains_them() -> None:
-    policy = PartitionPolicy(min_chunks=1000, probes=5)
+def test_a_snapshot_carries_the_partitions_and_one_without_them_is_refused_where_they_are_wanted() -> None:
+    policy = PartitionPolicy(min_chunks=1000, probe_percent=5)
     index, held = _filled(policy)
     meta, arrays = index.export()
-    assert meta["format"] == 2 and meta["scopes"][0]["partitions"]
+    assert meta["format"] == 3 and meta["scopes"][0]["partitions"]
     queries = _clustered(np.random.default_rng(8), 10, _centres(np.random.default_rng(1)))
     expected = [index.search(q, 10, tenant="t1") for q in queries]
     restored = InProcessDenseIndex.restore(meta, arrays, partitions=policy)
     assert [restored.search(q, 10, tenant="t1") for q in queries] == expected
-    # format 1 (before partitions): trained at restore with the same seed, so the same lists
-    old_meta = {**meta, "format": 1, "scopes": [{k: v for k, v in meta["scopes"][0].items() if k != "partitions"}]}
-    old_arrays = {name: array for name, array in arrays.items() if "/partitions/" not in name}
-    trained = InProcessDenseIndex.restore(old_meta, old_arrays, partitions=policy)
-    assert trained._scopes["t1"].partitions is not None  # noqa: SLF001
-    assert [trained.search(q, 10, tenant="t1") for q in queries] == expected
-    exact = InProcessDenseIndex.restore(meta, arrays, partitions=EXACT)  # partitions turned off: not used
-    assert exact._scopes["t1"].partitions is None  # noqa: SLF001
+    # an export without partitions (format 1, before them): refused where the policy wants them
+    exact_meta, exact_arrays = _filled(EXACT)[0].export()  # the same chunks, slot by slot
+    assert exact_meta["scopes"][0]["partitions"] is False
+    old_meta = {**exact_meta, "format": 1}
+    with pytest.raises(WithoutPartitions, match="RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS=1000"):
+        InProcessDenseIndex.restore(old_meta, exact_arrays, partitions=policy)
+    exact = InProcessDenseIndex.restore(old_meta, exact_arrays, partitions=EXACT)
     assert [c for c, _ in exact.search(queries[0], 10, tenant="t1")] == _exact(held, queries[0], 10)
+    laid_out = InProcessDenseIndex.restore(meta, arrays, partitions=EXACT)  # rows list by list, searched exactly
+    assert laid_out._scopes["t1"].partitions is not None  # noqa: SLF001
+    for query in queries:
+        assert [c for c, _ in laid_out.search(query, 10, tenant="t1")] == _exact(held, query, 10)
 
 
 @pytest.mark.parametrize(
     ("name", "damage", "message"),
     [
-        ("order", lambda a: a[::-1][1:], "order of shape"),
-        ("order", lambda a: np.where(a == 0, 1, a).astype(np.int32), "permutation"),
-        ("order", lambda a: np.where(a == 0, 10**6, a).astype(np.int32), "past the matrix"),
+        ("row_slot", lambda a: a[::-1][1:], "rows of shape"),
+        ("row_slot", lambda a: np.where(a == 0, 1, a).astype(np.int32), "permutation"),
+        ("row_slot", lambda a: np.where(a == 0, 10**6, a).astype(np.int32), "past the table"),
         ("offsets", lambda a: np.concatenate((a[:1], a[2:3] + 1, a[1:2], a[3:])), "backwards"),
         ("offsets", lambda a: a[:-1], "do not span"),
         ("centroids", lambda a: a[:, :-1], "dimension"),
@@ -195,16 +209,17 @@ def test_a_snapshot_carries_the_partitions_and_one_without_them_trains_them() ->
     ],
 )
 def test_partition_arrays_that_do_not_fit_the_vectors_are_refused(name: str, damage, message: str) -> None:
-    index, _ = _filled(PartitionPolicy(min_chunks=1000, probes=5), documents=700)
+    index, _ = _filled(PartitionPolicy(min_chunks=1000, probe_percent=5), documents=700)
     meta, arrays = index.export()
     key = f"s0/partitions/{name}"
     broken = {**arrays, key: damage(np.array(arrays[key]))}
     with pytest.raises(ValueError, match=message):
-        InProcessDenseIndex.restore(meta, broken, partitions=PartitionPolicy(min_chunks=1000, probes=5))
+        InProcessDenseIndex.restore(meta, broken, partitions=PartitionPolicy(min_chunks=1000, probe_percent=5))
 
 
 def test_a_policy_that_no_search_could_use_is_refused() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        PartitionPolicy(probes=0)
+    for percent in (0, -5, 100.5, float("nan")):
+        with pytest.raises(ValueError, match="at most 100"):
+            PartitionPolicy(probe_percent=percent)
     with pytest.raises(ValueError, match="0 \\(never\\)"):
         PartitionPolicy(min_chunks=-1)

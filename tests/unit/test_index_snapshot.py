@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from query_service.coarse_partitions import PartitionPolicy
 from query_service.dense_index import InProcessDenseIndex, VectorChunk
 from query_service.index_snapshot import (
     ARRAYS,
@@ -72,11 +73,13 @@ def _vectors(chunks: list[IndexedChunk]) -> list[VectorChunk]:
     return out
 
 
-def _indexes(seed: int = 1) -> tuple[InProcessBm25Index, InProcessDenseIndex, random.Random]:
+def _indexes(
+    seed: int = 1, dense_options: dict | None = None
+) -> tuple[InProcessBm25Index, InProcessDenseIndex, random.Random]:
     """Two tenants; compact, recent and dead slots at once (compactions only when asked)."""
     rng = random.Random(seed)
     bm25 = InProcessBm25Index(WhitespaceAnalyzer(), **NO_AUTOMATIC_COMPACTION)
-    dense = InProcessDenseIndex(DIMENSION, **NO_AUTOMATIC_COMPACTION)
+    dense = InProcessDenseIndex(DIMENSION, **NO_AUTOMATIC_COMPACTION, **(dense_options or {}))
     for tenant in ("acme", "globex"):
         for number in range(300):
             chunks = _document(rng, tenant, number)
@@ -135,6 +138,27 @@ def test_a_round_trip_answers_exactly_as_before_and_carries_the_follower_state(t
     postings = loaded.bm25._scopes["acme"].postings  # noqa: SLF001 - memory-mapped, read only
     assert not postings.slots.flags.writeable and not postings.slots.flags.owndata
     assert not loaded.dense._scopes["acme"].compact.flags.writeable  # noqa: SLF001
+
+
+def test_held_vectors_laid_out_by_coarse_partitions_round_trip_and_their_absence_refuses_the_snapshot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant the partition policy wants partitioned: carried with its layout; a snapshot written without
+    partitions is not used (the full load lays them out and writes a new one)."""
+    bm25, plain, _ = _indexes()
+    policy = {"partitions": PartitionPolicy(min_chunks=100, probe_percent=100)}  # every list: answers exact
+    _, dense, _ = _indexes(dense_options=policy)  # the same chunks, compacted once with partitions
+    before = _answers(bm25, plain)
+    save_snapshot(tmp_path, identity=IDENTITY, follower_state={}, watermark=1, bm25=bm25, dense=dense)
+    assert _answers(bm25, dense) == before
+    loaded = _load(tmp_path, dense_options=policy)
+    assert loaded is not None and loaded.dense is not None
+    assert dense._scopes["acme"].partitions is not None  # noqa: SLF001 - laid out by the compaction at d200
+    assert loaded.dense._scopes["acme"].partitions is not None  # noqa: SLF001
+    assert _answers(loaded.bm25, loaded.dense) == before
+    save_snapshot(tmp_path, identity=IDENTITY, follower_state={}, watermark=2, bm25=bm25, dense=plain)
+    _refused(tmp_path, caplog, "have no coarse partitions", dense_options=policy)
+    assert "corrupt" not in caplog.text
 
 
 def test_the_restored_indexes_take_updates_like_the_originals(tmp_path: Path) -> None:
