@@ -3,17 +3,20 @@ deletes, and UpdateDocument's new title/tags/metadata on chunks of the same gene
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from collections.abc import Callable
 
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
+from query_service.dense_index import InProcessDenseIndex
 from query_service.index_sync import ChunkIndexSync, indexed_chunk
 from query_service.registry_follower import RegistryFollower
 from query_service.sparse import RankBm25Retriever
 from query_service.sparse_index import InProcessBm25Index
 from ragrpc.analyzer import EnglishAnalyzer
 from ragrpc.config import Settings
-from ragrpc.models import ChunkRecord
+from ragrpc.models import ChunkKind, ChunkRecord
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.request_filter import filter_from_request
@@ -208,3 +211,67 @@ async def test_stored_terms_are_loaded_without_analysing_the_chunks_again_and_sc
         ingest.shutdown()
     assert results[True] == results[False]
     assert {document for document, _, _ in results[True]} == {"birds", "swans", "geese"}
+
+
+class _ObservedScanStore(InMemoryChunkStore):
+    """Pages of one chunk; after each page the test's `observe` sees the index as the scan left it."""
+
+    observe: Callable[[], None] = staticmethod(lambda: None)
+
+    def scan_chunks(self, expr, batch_size=None, **options):  # type: ignore[no-untyped-def]
+        for page in super().scan_chunks(expr, batch_size=1, **options):
+            yield page
+            self.observe()
+
+
+async def test_the_start_up_load_indexes_each_document_once_the_scan_has_all_its_chunks() -> None:
+    """Documents complete one after another during the scan (its memory is the partial documents, not
+    the collection); a document the store returns short of, or beyond, its registry count is not
+    indexed at start and is left to the follower to read again."""
+    store, registry = _ObservedScanStore(), InMemoryDocumentRegistry()
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=20, chunk_overlap_tokens=0)
+    ingest = build_ingest(settings, HashingEmbedder(), store, registry)
+    for name in ("a", "b", "c", "short", "long"):
+        spec = DocumentSpecInput(document_id=name, file_name=f"{name}.txt")
+        await ingest.pipeline.ingest(IngestItem("t1", spec, (DUCKS + b" " + SWANS + b" ") * 4 + name.encode()))
+    ingest.shutdown()
+    retrievable = f.eq(s.KIND, int(ChunkKind.RETRIEVABLE))
+    per_document = {
+        name: sorted(
+            c.chunk_id
+            for page in store.scan_chunks(f.eq(s.DOCUMENT_ID, name))
+            for c in page
+            if c.kind == ChunkKind.RETRIEVABLE
+        )
+        for name in ("a", "b", "c", "short", "long")
+    }
+    assert all(len(ids) >= 2 for ids in per_document.values())  # several chunks each, interleaved by id
+    store.delete_chunks(f.eq(s.CHUNK_ID, per_document["short"][0]))
+    extra = copy.deepcopy(
+        next(
+            c
+            for page in store.scan_chunks(f.eq(s.DOCUMENT_ID, "long"), with_vectors=True)
+            for c in page
+            if c.kind == ChunkKind.RETRIEVABLE
+        )
+    )
+    extra.chunk_id, extra.chunk_index = extra.chunk_id + "-extra", 999
+    store.insert_chunks([extra])
+
+    follower = RegistryFollower(registry)
+    sync = ChunkIndexSync(
+        InProcessBm25Index(EnglishAnalyzer()), store, dense=InProcessDenseIndex(HashingEmbedder().dimension)
+    )
+    follower.add_listener(sync)
+    during: list[int] = []
+    total = sum(1 for page in store.scan_chunks(retrievable) for _ in page)
+    store.observe = lambda: during.append(sync.index.document_count("t1"))
+    follower.load()
+    assert len(during) == total and during[0] == 0
+    assert during[-2] >= 3  # before the last page, all but the one it completes were indexed already
+    assert sorted(sync.documents()) == ["t1/a", "t1/b", "t1/c"]  # "short" and "long": read again later
+    assert sync.loaded_chunks == sum(len(per_document[name]) for name in ("a", "b", "c"))
+    assert sync.index.document_count("t1") == 3 and sync.dense.chunk_count("t1") == sync.loaded_chunks
+    follower.poll()  # the follower reads the two again: "long" whole, "short" still short (kept out)
+    assert sorted(sync.documents()) == ["t1/a", "t1/b", "t1/c", "t1/long"]
+    assert sync.documents()["t1/long"][1] == len(per_document["long"]) + 1
