@@ -51,6 +51,7 @@ class PartitionPolicy:
 
     min_chunks: int = 200_000
     probe_percent: float = 10.0
+    lists_per_sqrt: float = 2.0  # lists = this x sqrt(rows)
 
     def __post_init__(self) -> None:
         if self.min_chunks < 0:
@@ -59,13 +60,14 @@ class PartitionPolicy:
             raise ValueError(
                 f"the share of partitions probed must be over 0 and at most 100 %, got {self.probe_percent}"
             )
+        if not (math.isfinite(self.lists_per_sqrt) and self.lists_per_sqrt > 0):
+            raise ValueError(f"the lists per square root of the rows must be over 0, got {self.lists_per_sqrt}")
 
     def wanted(self, rows: int) -> bool:
         return bool(self.min_chunks) and rows >= self.min_chunks
 
-    @staticmethod
-    def lists_for(rows: int) -> int:
-        return max(1, min(rows, round(2 * math.sqrt(rows))))
+    def lists_for(self, rows: int) -> int:
+        return max(1, min(rows, round(self.lists_per_sqrt * math.sqrt(rows))))
 
     def probes(self, lists: int) -> int:
         return max(1, min(lists, math.ceil(lists * self.probe_percent / 100)))

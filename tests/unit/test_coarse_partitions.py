@@ -59,7 +59,7 @@ def _filled(policy: PartitionPolicy, documents: int = 1500, seed: int = 1) -> tu
 def test_rows_are_laid_out_list_by_list_and_map_back_to_their_slots() -> None:
     rng = np.random.default_rng(0)
     vectors = _clustered(rng, 5000, _centres(rng))
-    lists = PartitionPolicy.lists_for(len(vectors))
+    lists = PartitionPolicy().lists_for(len(vectors))
     centroids = CoarsePartitions.train(lambda rows: vectors[rows], len(vectors), lists)
     assert lists == 141 and centroids.shape == (141, DIMENSION)
     assignment = nearest_centroid(vectors, centroids)
@@ -223,3 +223,6 @@ def test_a_policy_that_no_search_could_use_is_refused() -> None:
             PartitionPolicy(probe_percent=percent)
     with pytest.raises(ValueError, match="0 \\(never\\)"):
         PartitionPolicy(min_chunks=-1)
+    with pytest.raises(ValueError, match="square root"):
+        PartitionPolicy(lists_per_sqrt=0)
+    assert PartitionPolicy(lists_per_sqrt=0.5).lists_for(10_000) == 50
