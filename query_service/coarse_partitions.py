@@ -14,7 +14,7 @@ at 1M chunks 6.5-7 ms a query against 32-38 ms for exact search, recall@10 0.996
 (SciFact, CISI and Cranfield queries). That collection's vectors are noisy copies of 2,048 texts,
 more clustered than real text, so the share was also checked on real passages: 22,804 of SciFact,
 CISI, Cranfield and the shared documents, embedded by the bundled model, with 180 lists. There 10 %
-gave recall@10 of 0.939 / 0.996 / 0.992 (15 %: 0.957 / 0.998 / 0.994), and more lists at the same
+gave recall@10 of 0.934 / 0.996 / 0.993 (15 %: 0.955 / 0.997 / 0.994), and more lists at the same
 share gave more (docs/benchmarks.md). A homogeneous collection (SciFact's abstracts) is the hard case.
 Below `min_chunks` exact search is cheap and
 no partitions are kept.
