@@ -226,3 +226,16 @@ def test_a_policy_that_no_search_could_use_is_refused() -> None:
     with pytest.raises(ValueError, match="square root"):
         PartitionPolicy(lists_per_sqrt=0)
     assert PartitionPolicy(lists_per_sqrt=0.5).lists_for(10_000) == 50
+
+
+def test_settings_no_search_could_use_stop_the_service_naming_the_variable() -> None:
+    import dataclasses
+
+    from query_service.app import partition_policy
+    from ragrpc import errors
+    from ragrpc.config import Settings
+
+    assert partition_policy(Settings()) == PartitionPolicy(min_chunks=200_000, probe_percent=10.0)
+    for change in ({"dense_partitions_probe_percent": 0.0}, {"dense_partitions_min_chunks": -1}):
+        with pytest.raises(errors.PreconditionError, match="RAGRPC_DENSE_PARTITIONS_PROBE_PERCENT"):
+            partition_policy(dataclasses.replace(Settings(), **change))
