@@ -139,11 +139,12 @@ class _Scope:
             scores[in_compact] = self.compact[self._rows_of(slots[in_compact])] @ query
             scores[~in_compact] = self.recent[slots[~in_compact] - size] @ query
             return slots, scores, False
-        approximate = False
-        if partitions is not None and policy.wanted(size) and policy.probes(partitions.lists) < partitions.lists:
-            approximate, offsets = True, partitions.offsets
-            lists = partitions.nearest_lists(query, policy.probes(partitions.lists))
-            ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in lists]
+        probes = policy.probes(partitions.lists) if partitions is not None and policy.wanted(size) else 0
+        approximate = partitions is not None and 0 < probes < partitions.lists
+        if approximate:
+            assert partitions is not None
+            offsets = partitions.offsets
+            ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in partitions.nearest_lists(query, probes)]
             parts = [self.compact[start:stop] @ query for start, stop in ranges]
             slot_parts = [partitions.row_slot[start:stop] for start, stop in ranges]
         else:
@@ -152,8 +153,8 @@ class _Scope:
         if slots_table.recent_size:
             parts.append(self.recent[: slots_table.recent_size] @ query)
             slot_parts.append(np.arange(size, size + slots_table.recent_size))
-        scores = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        slots = np.concatenate(slot_parts).astype(np.int64, copy=False) if slot_parts else np.zeros(0, np.int64)
+        scores = np.concatenate(parts)  # never empty: at least one list, or the whole compact matrix
+        slots = np.concatenate(slot_parts).astype(np.int64, copy=False)
         if slots_table.dead_slots:
             live = slots_table.alive.view()[slots]
             slots, scores = slots[live], scores[live]
