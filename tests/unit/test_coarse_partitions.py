@@ -239,3 +239,24 @@ def test_settings_no_search_could_use_stop_the_service_naming_the_variable() -> 
     for change in ({"dense_partitions_probe_percent": 0.0}, {"dense_partitions_min_chunks": -1}):
         with pytest.raises(errors.PreconditionError, match="RAGRPC_DENSE_PARTITIONS_PROBE_PERCENT"):
             partition_policy(dataclasses.replace(Settings(), **change))
+
+
+def test_assignment_and_layout_past_their_batch_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction reads, assigns and copies rows in batches (32k and 64k rows at a time): with batches of
+    97 rows, 3,000 chunks cross many batch boundaries, and every row still holds its slot's vector."""
+    from query_service import coarse_partitions, dense_index
+
+    monkeypatch.setattr(coarse_partitions, "_ASSIGN_BATCH", 97)
+    monkeypatch.setattr(dense_index, "_COPY_BATCH", 97)
+    index, held = _filled(PartitionPolicy(min_chunks=1000, probe_percent=100))
+    index.compact()
+    scope = index._scopes["t1"]  # noqa: SLF001 - the layout itself is what is checked
+    partitions = scope.partitions
+    assert partitions is not None and partitions.rows == 3000
+    by_chunk = {f"{doc}-{k}": vector for doc, matrix in held.items() for k, vector in enumerate(matrix)}
+    for row in range(partitions.rows):
+        assert np.array_equal(scope.compact[row], by_chunk[scope.slots.chunk_id(int(partitions.row_slot[row]))])
+    nearest = np.argmax(scope.compact @ partitions.centroids.T, axis=1)
+    assert np.array_equal(nearest, partitions.lists_of_rows(np.arange(partitions.rows)))
+    query = next(iter(held.values()))[0]
+    assert [c for c, _ in index.search(query, 10, tenant="t1")] == _exact(held, query, 10)
