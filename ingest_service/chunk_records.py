@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 import uuid
 
@@ -10,22 +9,13 @@ import numpy as np
 
 from ingest_service.document_facts import DocumentFacts
 from ingest_service.requests import IngestItem
+from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.models import ChunkDraft, ChunkKind, ChunkRecord
 
 
 def new_generation() -> str:
     """A fresh, time-ordered generation id for one write of a document's chunks."""
     return f"{time.time_ns():x}-{uuid.uuid4().hex[:8]}"
-
-
-def chunk_id_for(tenant: str, document_id: str, generation: str, index: int) -> str:
-    digest = hashlib.sha256(f"{tenant}\x1f{document_id}\x1f{generation}\x1f{index}".encode()).hexdigest()
-    return digest[:32]
-
-
-def copied_chunk_id(chunk_id: str, generation: str) -> str:
-    """The id of a chunk copied, unchanged but for its fields, into another generation."""
-    return hashlib.sha256(f"{chunk_id}\x1f{generation}".encode()).hexdigest()[:32]
 
 
 def build_chunk_records(

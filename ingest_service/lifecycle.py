@@ -51,9 +51,10 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from ingest_service.attempts import Attempt, document_etag, finish_despite_cancel
-from ingest_service.chunk_records import copied_chunk_id, new_generation
+from ingest_service.chunk_records import new_generation
 from ingest_service.recovery import recover_documents, settle_failed_attempt
 from ragrpc import errors
+from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, document_key
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import chunks_of_document, chunks_of_generation
@@ -189,7 +190,7 @@ class DocumentLifecycle:
         self._may_write()
         await attempt.call(self._registry.put, attempt.record)
 
-    async def commit(self, attempt: Attempt, chunk_count: int) -> DocumentRecord:
+    async def commit(self, attempt: Attempt, chunk_count: int, chunk_span: int = 0) -> DocumentRecord:
         """The switch: the attempt's chunks become the visible version; the replaced one's go."""
         self._may_write()
         record = attempt.record
@@ -200,6 +201,7 @@ class DocumentLifecycle:
         record.state = DocumentState.ACTIVE
         record.error = record.error_code = ""
         record.chunk_count = chunk_count
+        record.chunk_span = chunk_span
         await attempt.call(self._registry.put, record)
         if old_generation and self._replaced_grace_s == 0:
             try:
@@ -348,7 +350,7 @@ class DocumentLifecycle:
         the new fields, then the old rows go; recovery or the repair finishes any of them), with the
         stored vectors, so nothing is embedded again. Chunk ids change."""
         generation = new_generation()
-        new_ids = {c.chunk_id: copied_chunk_id(c.chunk_id, generation) for c in chunks}
+        new_ids = {c.chunk_id: chunk_id_for(c.tenant, c.document_id, generation, c.chunk_index) for c in chunks}
         copies = [
             dataclasses.replace(
                 c, chunk_id=new_ids[c.chunk_id], generation=generation, parent_id=new_ids.get(c.parent_id, c.parent_id)

@@ -297,7 +297,9 @@ class IngestPipeline:
             span.set(chunks=written, batches=-(-written // self._batch) if written else 0)
         facts.apply_to(record)
         with self._tracer.span("write", generation=attempt.generation, replacing=attempt.existing is not None):
-            committed = await self._lifecycle.commit(attempt, sum(1 for d in drafts if d.kind == 0))
+            committed = await self._lifecycle.commit(
+                attempt, sum(1 for d in drafts if d.kind == 0), max(d.chunk_index for d in drafts) + 1
+            )
         report(ProgressEvent(doc_id, "done", DocumentState.ACTIVE, committed.chunk_count, written))
         return IngestOutcome(committed, unchanged=False, chunks_written=written)
 

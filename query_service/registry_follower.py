@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -67,6 +67,9 @@ class DocumentView:
     generation: str
     fields: tuple  # title, tags, metadata as copied onto the chunks
     chunk_count: int = 0  # retrievable chunks of the generation, as the registry counts them
+    # the generation's chunk indexes 0 .. chunk_span-1, read by their derived ids (ragrpc.chunk_ids;
+    # 0: not recorded). How to read the chunks, not what queries see: not compared.
+    chunk_span: int = field(default=0, compare=False)
 
     @property
     def key(self) -> str:
@@ -112,7 +115,14 @@ class RegistryListener(Protocol):
 def view_of(record: DocumentRecord) -> DocumentView | None:
     if not is_visible(record):
         return None
-    return DocumentView(record.tenant, record.document_id, record.generation, chunk_fields(record), record.chunk_count)
+    return DocumentView(
+        record.tenant,
+        record.document_id,
+        record.generation,
+        chunk_fields(record),
+        record.chunk_count,
+        record.chunk_span,
+    )
 
 
 class RegistryFollower:
@@ -379,14 +389,14 @@ class _ViewCodec:
 
     def pack(self, view: DocumentView) -> tuple[str, bytes]:
         title, tags, metadata = view.fields
-        rest = [view.chunk_count, title, list(tags), [list(pair) for pair in metadata]]
+        rest = [view.chunk_count, title, list(tags), [list(pair) for pair in metadata], view.chunk_span]
         return view.generation, json.dumps(rest, ensure_ascii=False, separators=(",", ":")).encode()
 
     def unpack(self, key: str, generation: str, rest: bytes) -> DocumentView:
-        chunk_count, title, tags, metadata = json.loads(rest)
+        chunk_count, title, tags, metadata, *span = json.loads(rest)  # no span: packed before it was
         tenant, document_id = _split(key)
         fields = (title, tuple(tags), tuple(tuple(pair) for pair in metadata))
-        return DocumentView(tenant, document_id, generation, fields, int(chunk_count))
+        return DocumentView(tenant, document_id, generation, fields, int(chunk_count), int(span[0]) if span else 0)
 
 
 VIEW_CODEC = _ViewCodec()
@@ -400,13 +410,14 @@ def _view_row(view: DocumentView) -> list[Any]:
         view.generation,
         [title, list(tags), [list(p) for p in metadata]],
         view.chunk_count,
+        view.chunk_span,
     ]
 
 
 def _view_of_row(row: list[Any]) -> DocumentView:
-    tenant, document_id, generation, (title, tags, metadata), chunk_count = row
+    tenant, document_id, generation, (title, tags, metadata), chunk_count, *span = row
     fields = (title, tuple(tags), tuple(tuple(pair) for pair in metadata))
-    return DocumentView(tenant, document_id, generation, fields, int(chunk_count))
+    return DocumentView(tenant, document_id, generation, fields, int(chunk_count), int(span[0]) if span else 0)
 
 
 def _split(key: str) -> tuple[str, str]:

@@ -178,6 +178,9 @@ class DocumentRecord:
     error: str = ""
     error_code: str = ""
     chunk_count: int = 0
+    # chunks the generation wrote, retrievable and parents, with indexes 0 .. chunk_span-1 and ids
+    # ragrpc.chunk_ids derives (0: not recorded, a record from before it was)
+    chunk_span: int = 0
     page_count: int = 0
     pages_without_text: list[int] = field(default_factory=list)
     size_bytes: int = 0

@@ -54,8 +54,15 @@ class ChunkStore(Protocol):
         whose size the caller knows, such as chunks by id."""
         ...
 
-    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
-        """The chunks with these ids that exist, read by primary key (any tenant: callers check it)."""
+    def get_chunks(
+        self,
+        chunk_ids: list[str],
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
+    ) -> list[ChunkRecord]:
+        """The chunks with these ids that exist, read by primary key (any tenant: callers check it);
+        with_bm25_terms and index_fields_only as for scan_chunks."""
         ...
 
     def scan_chunks(

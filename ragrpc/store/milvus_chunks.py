@@ -201,14 +201,37 @@ class MilvusChunkStore:
         return [row_to_chunk(r) for r in rows]
 
     @translate_errors
-    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
+    def get_chunks(
+        self,
+        chunk_ids: list[str],
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
+    ) -> list[ChunkRecord]:
         """The chunks with these ids that exist, read by primary key (a key lookup, where a filter on
         another field scans the collection: 5 vs 272 ms for 10 rows of 100k on milvus-lite)."""
         if not chunk_ids:
             return []
-        fields = list(s.CHUNK_OUTPUT_FIELDS) + ([s.DENSE] if with_vectors else [])
+        fields, terms = self._read_fields(with_vectors, with_bm25_terms, index_fields_only)
         rows = self._conn.get_rows(self._names.chunks, list(chunk_ids), fields, s.CHUNK_ID)
-        return [row_to_chunk(r) for r in rows]
+        return self._chunks_of(rows, terms)
+
+    def _read_fields(
+        self, with_vectors: bool, with_bm25_terms: bool, index_fields_only: bool
+    ) -> tuple[list[str], bool]:
+        """The fields a read asks for, and whether they include the stored BM25 terms."""
+        terms = with_bm25_terms and self._setup.bm25_analysed
+        skipped = s.NOT_INDEXED_FIELDS if terms and index_fields_only else ()
+        fields = [name for name in s.CHUNK_OUTPUT_FIELDS if name not in skipped]
+        return fields + ([s.DENSE] if with_vectors else []) + ([s.BM25_TEXT] if terms else []), terms
+
+    @staticmethod
+    def _chunks_of(rows: list[dict[str, Any]], terms: bool) -> list[ChunkRecord]:
+        chunks = [row_to_chunk(r) for r in rows]
+        if terms:
+            for chunk, row in zip(chunks, rows, strict=True):
+                chunk.bm25_terms = stored_terms(row.get("entity", row)[s.BM25_TEXT])
+        return chunks
 
     def scan_chunks(
         self,
@@ -221,10 +244,7 @@ class MilvusChunkStore:
         """All chunks matching expr, in pages of the store's page size (or batch_size), in chunk-id order.
         with_bm25_terms: each chunk's stored BM25 terms (`ChunkRecord.bm25_terms`) where the collection
         keeps them (chunks schema 2); index_fields_only: then without schema.NOT_INDEXED_FIELDS."""
-        terms = with_bm25_terms and self._setup.bm25_analysed
-        skipped = s.NOT_INDEXED_FIELDS if terms and index_fields_only else ()
-        fields = [name for name in s.CHUNK_OUTPUT_FIELDS if name not in skipped]
-        fields += ([s.DENSE] if with_vectors else []) + ([s.BM25_TEXT] if terms else [])
+        fields, terms = self._read_fields(with_vectors, with_bm25_terms, index_fields_only)
         for rows in scan_rows(
             self._conn,
             self._names.chunks,
@@ -235,11 +255,7 @@ class MilvusChunkStore:
             by_key=s.CHUNK_ID if self.key_scan_from_rows is not None else "",
             by_key_from_rows=self.key_scan_from_rows or 0,
         ):
-            chunks = [row_to_chunk(r) for r in rows]
-            if terms:
-                for chunk, row in zip(chunks, rows, strict=True):
-                    chunk.bm25_terms = stored_terms(row.get("entity", row)[s.BM25_TEXT])
-            yield chunks
+            yield self._chunks_of(rows, terms)
 
     @translate_errors
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

@@ -256,8 +256,17 @@ class FaultyChunkStore:
     def query_chunks(self, expr: FilterExpr, limit: int, with_vectors: bool = False) -> list[ChunkRecord]:
         return self.plan.run("chunks.query_chunks", lambda: self.inner.query_chunks(expr, limit, with_vectors))  # type: ignore[no-any-return]
 
-    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
-        return self.plan.run("chunks.get_chunks", lambda: self.inner.get_chunks(chunk_ids, with_vectors))  # type: ignore[no-any-return]
+    def get_chunks(
+        self,
+        chunk_ids: list[str],
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
+    ) -> list[ChunkRecord]:
+        return self.plan.run(  # type: ignore[no-any-return]
+            "chunks.get_chunks",
+            lambda: self.inner.get_chunks(chunk_ids, with_vectors, with_bm25_terms, index_fields_only),
+        )
 
     def scan_chunks(
         self,

@@ -147,10 +147,28 @@ class InMemoryChunkStore:
         found = [copy.deepcopy(c) for c in self._matching(expr)[: checked_limit(limit, "query_chunks")]]
         return found if with_vectors else [_without_vector(c) for c in found]
 
-    def get_chunks(self, chunk_ids: list[str], with_vectors: bool = False) -> list[ChunkRecord]:
+    def get_chunks(
+        self,
+        chunk_ids: list[str],
+        with_vectors: bool = False,
+        with_bm25_terms: bool = False,
+        index_fields_only: bool = False,
+    ) -> list[ChunkRecord]:
         with self._lock:
             found = [copy.deepcopy(self._rows[i]) for i in dict.fromkeys(chunk_ids) if i in self._rows]
+        if with_bm25_terms:
+            self._with_terms(found, index_fields_only)
         return found if with_vectors else [_without_vector(c) for c in found]
+
+    def _with_terms(self, copies: list[ChunkRecord], index_fields_only: bool) -> None:
+        if self._bm25_text is None:
+            return
+        with self._lock:
+            for chunk in copies:
+                field = self._terms.get(chunk.chunk_id)
+                chunk.bm25_terms = stored_terms(field) if field is not None else None
+                if index_fields_only and field is not None:
+                    _without_unindexed_fields(chunk)
 
     def scan_chunks(
         self,
@@ -163,13 +181,8 @@ class InMemoryChunkStore:
         found = sorted(self._matching(expr), key=lambda c: c.chunk_id)
         for page in _pages(found, checked_page_size(batch_size or self.page_size)):
             copies = [copy.deepcopy(c) for c in page]
-            if with_bm25_terms and self._bm25_text is not None:
-                with self._lock:
-                    for chunk in copies:
-                        field = self._terms.get(chunk.chunk_id)
-                        chunk.bm25_terms = stored_terms(field) if field is not None else None
-                        if index_fields_only and field is not None:
-                            _without_unindexed_fields(chunk)
+            if with_bm25_terms:
+                self._with_terms(copies, index_fields_only)
             yield copies if with_vectors else [_without_vector(c) for c in copies]
 
     def search_dense(self, vector: np.ndarray, expr: FilterExpr, limit: int, rows: bool = True) -> list[ScoredChunk]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ingest_service.chunk_records import chunk_id_for
+from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
 from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames

@@ -23,9 +23,9 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ingest_service.chunk_records import chunk_id_for
 from query_service.app import build_components
 from query_service.retrieval_types import RetrievalQuery
+from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
 from ragrpc.store.factory import open_milvus_stores

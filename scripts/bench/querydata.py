@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ingest_service.chunk_records import chunk_id_for
 from ingest_service.extract import build_default_registry
+from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
 from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState

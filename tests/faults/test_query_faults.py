@@ -179,8 +179,9 @@ async def test_every_store_call_of_the_start_up_load_fails_once(rig: IngestRig) 
 
 
 class LaggingReads:
-    """A chunk store whose scans miss the last chunk of the newest generations for a while, as a Milvus
-    server's reads may miss rows written a moment ago (Session/Bounded consistency)."""
+    """A chunk store whose reads (scans and reads by key) miss the last chunk of the newest generations
+    for a while, as a Milvus server's reads may miss rows written a moment ago (Session/Bounded
+    consistency)."""
 
     def __init__(self, inner: Any, generations: set[str]) -> None:
         self.inner = inner
@@ -190,14 +191,19 @@ class LaggingReads:
         return getattr(self.inner, name)
 
     def scan_chunks(self, expr: Any, *args: Any, **kwargs: Any) -> Iterator[list[Any]]:
-        rows = [chunk for page in self.inner.scan_chunks(expr, *args, **kwargs) for chunk in page]
-        last: dict[str, str] = {}
-        for chunk in rows:
-            if chunk.generation in self.hidden:
-                last[chunk.generation] = max(last.get(chunk.generation, ""), chunk.chunk_id)
-        kept = [chunk for chunk in rows if last.get(chunk.generation) != chunk.chunk_id]
+        kept = self._lagging([chunk for page in self.inner.scan_chunks(expr, *args, **kwargs) for chunk in page])
         if kept:
             yield kept
+
+    def get_chunks(self, chunk_ids: list[str], *args: Any, **kwargs: Any) -> list[Any]:
+        return self._lagging(self.inner.get_chunks(chunk_ids, *args, **kwargs))
+
+    def _lagging(self, rows: list[Any]) -> list[Any]:
+        last: dict[str, tuple[int, str]] = {}
+        for chunk in rows:
+            if chunk.generation in self.hidden:
+                last[chunk.generation] = max(last.get(chunk.generation, (-1, "")), (chunk.chunk_index, chunk.chunk_id))
+        return [chunk for chunk in rows if last.get(chunk.generation, (0, ""))[1] != chunk.chunk_id]
 
 
 async def test_a_short_read_after_a_replacement_keeps_the_old_version_until_the_store_returns_all(
@@ -290,10 +296,12 @@ async def test_during_a_replacement_queries_find_the_old_or_the_new_version_neve
         await found_everywhere()
         assert (await rig.upload("doc", V2)).ok  # committed, the old rows deleted; not polled yet
         await found_everywhere()
-        chunks.plan = FaultPlan(only=frozenset({"chunks.scan_chunks"}), rate=1.0, kinds=(ALL_KINDS[0],))
+        reads = frozenset({"chunks.scan_chunks", "chunks.get_chunks"})
         for _ in range(2):  # the registry read passes, the chunk read fails: the change stays incoming
+            chunks.plan = FaultPlan(only=reads, rate=1.0, kinds=(ALL_KINDS[0],))
             with pytest.raises(Exception):  # noqa: B017, PT011 - the poll fails; its loop tries again
                 follower.poll()
+        chunks.plan = FaultPlan.counting()  # queries read the hits' rows by key
         assert follower.lagging == 1
         await found_everywhere()
         chunks.plan = FaultPlan.counting()

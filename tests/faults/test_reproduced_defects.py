@@ -84,7 +84,8 @@ async def test_2_a_reload_that_fails_once_leaves_no_hole(rig: IngestRig) -> None
     follower, sync = follower_over(reads, registry)
     follower.load()
     assert (await rig.upload("doc", V2)).ok
-    reads.plan = FaultPlan.at(1, FaultKind.UNAVAILABLE_BEFORE, only=frozenset({"chunks.scan_chunks"}))
+    chunk_reads = frozenset({"chunks.scan_chunks", "chunks.get_chunks"})
+    reads.plan = FaultPlan.at(1, FaultKind.UNAVAILABLE_BEFORE, only=chunk_reads)
     with pytest.raises(Exception):  # noqa: B017, PT011 - the chunk read fails; the loop polls again
         follower.poll()
     assert sync.index.chunk_count("default") > 0, "the previous version stays in the indexes meanwhile"

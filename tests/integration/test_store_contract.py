@@ -128,6 +128,13 @@ def test_a_scan_for_an_index_reads_the_terms_but_not_the_text(stores: Stores) ->
     # without the terms, nothing is left out: the text is what an index would analyse
     plain = [c for page in stores.chunks.scan_chunks(expr, index_fields_only=True) for c in page]
     assert [c.text for c in plain] == [c.text for c in full] and all(c.bm25_terms is None for c in plain)
+    # a read by key gives the same (the query service reads a changed generation's chunks so)
+    ids = [c.chunk_id for c in full]
+    by_key = sorted(
+        stores.chunks.get_chunks(ids, with_bm25_terms=True, index_fields_only=True), key=lambda c: c.chunk_id
+    )
+    assert by_key == lean
+    assert sorted(stores.chunks.get_chunks(ids, with_bm25_terms=True), key=lambda c: c.chunk_id) == full
 
 
 def test_one_query_call_is_capped(stores: Stores) -> None:

@@ -274,4 +274,63 @@ async def test_the_start_up_load_indexes_each_document_once_the_scan_has_all_its
     assert sync.index.document_count("t1") == 3 and sync.dense.chunk_count("t1") == sync.loaded_chunks
     follower.poll()  # the follower reads the two again: "long" whole, "short" still short (kept out)
     assert sorted(sync.documents()) == ["t1/a", "t1/b", "t1/c", "t1/long"]
-    assert sync.documents()["t1/long"][1] == len(per_document["long"]) + 1
+    # read by the ids its chunk span derives: the stray row, another id, is not one of its chunks
+    assert sync.documents()["t1/long"][1] == len(per_document["long"])
+
+
+async def test_changed_documents_are_read_by_their_derived_ids_and_records_without_a_span_by_generation() -> None:
+    """A change's chunks are read by the ids its generation and chunk span derive (a key lookup, where
+    a filter on the generation scans the collection): a hierarchical document's (parents within the
+    span, not indexed), a metadata update's copies under a new generation (a store whose upsert
+    leaves its partition). A record without a span (written before spans were) is read by generation."""
+    from ragrpc.testing.faults import FaultPlan, FaultyChunkStore
+
+    inner, registry = InMemoryChunkStore(upsert_keeps_partitions=False), InMemoryDocumentRegistry()
+    reads = FaultyChunkStore(inner, FaultPlan.counting())
+    settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=20, chunk_overlap_tokens=0)
+    ingest = build_ingest(settings, HashingEmbedder(), inner, registry)
+    follower = RegistryFollower(registry)
+    sync = ChunkIndexSync(
+        InProcessBm25Index(EnglishAnalyzer()), reads, dense=InProcessDenseIndex(HashingEmbedder().dimension)
+    )
+    follower.add_listener(sync)
+    follower.load()
+
+    text = (DUCKS + b"\n\n" + SWANS + b"\n\n") * 6
+    tree = DocumentSpecInput(document_id="tree", file_name="tree.txt", chunking_strategy="hierarchical")
+    flat = DocumentSpecInput(document_id="flat", file_name="flat.txt", tags=["ducks"])
+    await ingest.pipeline.ingest(IngestItem("t1", tree, text))
+    await ingest.pipeline.ingest(IngestItem("t1", flat, text))
+    first = registry.get("t1", "flat").generation
+    await ingest.documents.update("t1", "flat", fields=["tags"], tags=["waterfowl"])  # copies, a new generation
+    records = registry.get_many(["t1/tree", "t1/flat"])
+    assert records["t1/flat"].generation != first
+    parents = [
+        c
+        for page in inner.scan_chunks(f.eq(s.GENERATION, records["t1/tree"].generation))
+        for c in page
+        if c.kind == ChunkKind.PARENT
+    ]
+    assert parents and records["t1/tree"].chunk_span > records["t1/tree"].chunk_count
+    reads.plan = FaultPlan.counting()
+    follower.poll()
+    assert set(reads.plan.calls) == {"chunks.get_chunks"}, "read by key, never by a generation scan"
+    for key, record in records.items():
+        assert sync.documents()[key] == (record.generation, record.chunk_count)
+    assert sync.index.document_count("t1") == 2 and sync.dense.chunk_count("t1") == sum(
+        r.chunk_count for r in records.values()
+    )
+    assert {c.generation for c in inner.get_chunks([h for h, _ in sync.index.search("mallards", 50, tenant="t1")])} <= {
+        r.generation for r in records.values()
+    }
+
+    old = DocumentSpecInput(document_id="old", file_name="old.txt")
+    await ingest.pipeline.ingest(IngestItem("t1", old, SWANS))
+    record = registry.get("t1", "old")
+    record.chunk_span = 0  # as a record written before spans were
+    registry.put(record)
+    reads.plan = FaultPlan.counting()
+    follower.poll()
+    assert "chunks.scan_chunks" in reads.plan.calls
+    assert sync.documents()["t1/old"] == (record.generation, record.chunk_count)
+    ingest.shutdown()
