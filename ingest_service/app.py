@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ingest_service.admission import AdmissionGate
 from ingest_service.byte_budget import ByteBudget
+from ingest_service.change_journal import JournalledRegistry
 from ingest_service.chunk_planner import ChunkPlannerImpl
 from ingest_service.document_workers import DocumentWorkers
 from ingest_service.documents import DocumentService
@@ -93,6 +94,7 @@ def build_components(
     if lease is not None:
         chunks = FencedChunkStore(chunks, lease)
         registry = FencedRegistry(registry, lease)
+    registry = JournalledRegistry(registry)  # type: ignore[assignment]
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
     # Store calls mostly wait (on the store, on the one writer); enough threads that the writes of
     # many documents queue at once and leave in one group-committed call, and that a slow store

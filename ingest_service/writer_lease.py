@@ -263,6 +263,14 @@ class FencedRegistry:
         self._lease.check()
         self._inner.purge_deletions(older_than)
 
+    def journal_changes(self, keys: list[str]) -> None:
+        self._lease.check()
+        self._inner.journal_changes(keys)
+
+    def purge_changes(self, older_than: int) -> None:
+        self._lease.check()
+        self._inner.purge_changes(older_than)
+
     def put_job(self, job: IngestJobRecord) -> None:
         self._lease.check()
         self._inner.put_job(job)

@@ -205,6 +205,7 @@ def build_components(
     follower = RegistryFollower(
         registry,
         reconcile_interval_s=settings.registry_reconcile_interval_s,
+        sweep_interval_s=settings.registry_sweep_interval_s,
         give_up_after_s=settings.index_give_up_after_s,
     )
     dense_index = build_dense_index(settings, chunks, embedder.dimension)

@@ -7,11 +7,17 @@ visibility check without a store call, and has its listeners (the in-process BM2
 indexes, through ChunkIndexSync) apply what changed, in batches.
 
     load()  -> one paged scan of the registry's ACTIVE rows (before the service reports SERVING)
-    poll()  -> rows whose updated_at passed the watermark (one paged query) and the deletion
-               journal since then (one query; a delete removes the registry row, so the journal is
-               how a follower learns of it), applied as one batch; every `reconcile_interval_s`
-               (and at least 20x the last listing's time) also a paged listing of all keys, a
-               backstop for journal entries purged while this process was away
+    poll()  -> the change journal since the last poll (the writer journals each document it puts,
+               ingest_service.change_journal; a read of a few rows) with those documents' rows read
+               by key, and the deletion journal since then (a delete removes the registry row, so
+               the journal is how a follower learns of it), applied as one batch; every
+               `sweep_interval_s` (and at least 20x the last sweep's time), and at the first poll,
+               instead of trusting the change journal alone, also the rows whose updated_at passed
+               the sweep's watermark (one paged query: milvus-lite scans the registry for it, 1.2 s
+               at 1M documents), the backstop for a change whose journal write failed; every
+               `reconcile_interval_s` (and at least 20x the last listing's time) also a paged
+               listing of all keys, a backstop for deletion-journal entries purged while this
+               process was away
 
 A change is visible only once every listener has applied it. One that a listener could not apply
 (its chunk read failed, or returned fewer chunks than the registry counts: a store that lags its
@@ -54,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 _REGISTRY = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 _CLOCK_SLACK_S = 2  # updated_at has 1 s resolution and the clocks of two processes differ
-_RECONCILE_COST_FACTOR = 20  # reconcile at most 1/20 of the time
+_RECONCILE_COST_FACTOR = 20  # reconcile (and sweep) at most 1/20 of the time
+_KEY_READ_BATCH = 1024  # registry rows in one read by key
 _JOURNAL_MARGIN_S = 24 * 3600  # a snapshot this close to the journal's retention lists every key at start
 
 
@@ -131,12 +138,14 @@ class RegistryFollower:
         registry: DocumentRegistry,
         *,
         reconcile_interval_s: float = 60.0,
+        sweep_interval_s: float = 30.0,
         give_up_after_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._registry = registry
         self._reconcile_interval = reconcile_interval_s
+        self._sweep_interval = sweep_interval_s
         self._give_up_after = give_up_after_s
         self._clock = clock
         self._wall_clock = wall_clock
@@ -144,7 +153,11 @@ class RegistryFollower:
         self._incoming: dict[str, DocumentView | None] = {}  # seen in the registry, not applied yet
         self._lagging_since: dict[str, float] = {}  # key -> when its change first failed to apply
         self._listeners: list[RegistryListener] = []
-        self._watermark = 0  # registry updated_at seen so far
+        self._watermark = 0  # registry updated_at seen so far by the load and the sweeps
+        self._journal_mark = 0  # change-journal time seen so far
+        self._journal_read_at = 0.0  # wall time of the last poll that read the change journal
+        self._next_sweep = float("-inf")  # the first poll sweeps
+        self.sweeps = 0
         self._next_reconcile = float("inf")
         self._reconcile_due = False
         self._lock = threading.Lock()  # one load/poll at a time; readers need no lock (dict reads)
@@ -234,7 +247,8 @@ class RegistryFollower:
             self._visible = visible
             self._incoming = {key: _view_of_row(row) if row is not None else None for key, row in state["incoming"]}
             self._lagging_since = dict.fromkeys(self._incoming, self._clock())
-            self._watermark = int(watermark)
+            self._watermark = self._journal_mark = int(watermark)
+            self._next_sweep = float("-inf")  # the first poll sweeps from the snapshot's watermark
             self.applied_through = float(state.get("applied_through", 0.0))
             self._reconcile_due = not journal_covers
             self._start_incomplete = True  # until a poll has caught up with the registry
@@ -277,6 +291,9 @@ class RegistryFollower:
             else:
                 self.applied_through = max(self.applied_through, wall - _CLOCK_SLACK_S)
             self._advance_watermark(seen, int(wall))
+            self._journal_mark = max(self._journal_mark, self._watermark)
+            self._journal_read_at = wall
+            self._next_sweep = self._clock() + self._sweep_interval
             self.loaded = True
             self._schedule_reconcile(self._clock() - started)
             return len(self._visible)
@@ -286,24 +303,37 @@ class RegistryFollower:
         next poll starts from when this one started (or the newest row seen, if older), not later."""
         self._watermark = max(self._watermark, min(seen, wall_at_start))
 
-    def poll(self, *, reconcile: bool = False) -> int:
+    def poll(self, *, reconcile: bool = False, sweep: bool = False) -> int:
         """Applies registry changes since the last poll, and the incoming ones left from earlier
-        polls; returns how many documents changed."""
+        polls; returns how many documents changed. `sweep`: read the registry's changed rows too,
+        whether or not the sweep is due."""
         with self._lock:
             if reconcile or self._clock() >= self._next_reconcile:
                 self._reconcile_due = True  # until a listing completes: a failed poll leaves it due
-            wall, seen = self._wall_clock(), 0
-            since = max(0, self._watermark - _CLOCK_SLACK_S)
-            found: dict[str, DocumentView | None] = {}
-            for page in self._registry.scan(_REGISTRY.gt(s.UPDATED_AT, since)):
-                for record in page:
-                    seen = max(seen, record.updated_at)
-                    found[record.key] = view_of(record)
+            wall = self._wall_clock()
+            # the journal may have lost entries written since the last read (a process paused longer
+            # than half the journal's retention): sweep too
+            behind = wall - self._journal_read_at > s.CHANGE_JOURNAL_KEEP_S / 2
+            sweeping = sweep or behind or self._clock() >= self._next_sweep
+            found, journal_seen = self._journalled_changes(wall)
+            since = max(0, min(self._watermark, self._journal_mark) - _CLOCK_SLACK_S)
             found.update(self._deletions(since, found))
+            if sweeping:
+                started, seen = self._clock(), 0
+                for page in self._registry.scan(_REGISTRY.gt(s.UPDATED_AT, max(0, self._watermark - _CLOCK_SLACK_S))):
+                    for record in page:
+                        seen = max(seen, record.updated_at)
+                        found[record.key] = view_of(record)
+                self._advance_watermark(seen, int(wall))
+                self._next_sweep = self._clock() + max(
+                    self._sweep_interval, _RECONCILE_COST_FACTOR * (self._clock() - started)
+                )
+                self.sweeps += 1
             if self._reconcile_due:
                 found.update(self._reconcile())
                 self._reconcile_due = False
-            self._advance_watermark(seen, int(wall))
+            self._journal_mark = max(self._journal_mark, min(journal_seen, int(wall)))
+            self._journal_read_at = wall
             self.polls += 1
             for key, view in found.items():  # what the registry says now, against what queries see
                 if self._visible.get(key) == view:
@@ -316,6 +346,28 @@ class RegistryFollower:
                 self.applied_through = max(self.applied_through, wall - _CLOCK_SLACK_S)
                 self._start_incomplete = False
             return applied
+
+    def _journalled_changes(self, wall: float) -> tuple[dict[str, DocumentView | None], int]:
+        """The registry rows, read by key, of the documents journalled as changed since the journal
+        mark (less the clock slack), and the newest journal time seen (the mark itself if none)."""
+        seen = self._journal_mark
+        keys: set[str] = set()
+        for page in self._registry.changed_since(max(0, self._journal_mark - _CLOCK_SLACK_S)):
+            for key, at in page:
+                keys.add(key)
+                seen = max(seen, at)
+        found: dict[str, DocumentView | None] = {}
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), _KEY_READ_BATCH):
+            batch = ordered[start : start + _KEY_READ_BATCH]
+            records = self._registry.get_many(batch)
+            for key in batch:
+                record = records.get(key)
+                if record is not None:
+                    found[key] = view_of(record)
+                elif self.knows(key) or self._incoming.get(key) is not None:
+                    found[key] = None  # changed, then deleted: the row is gone
+        return found, seen
 
     def _apply(self) -> int:
         """Hands the incoming changes to the listeners; those every listener applied become visible."""

@@ -576,6 +576,15 @@ class Settings:
         "journal entry it missed (deletes reach it through the journal); at least 20x the last listing's duration",
         group=RETRIEVAL,
     )
+    registry_sweep_interval_s: float = _setting(
+        30.0,
+        "RAGRPC_REGISTRY_SWEEP_INTERVAL_S",
+        "Query service: how often the background task also reads every registry row changed since its last sweep, "
+        "a backstop for changes whose change-journal entry the writer failed to write (changes reach it through the "
+        "journal); at least 20x the last sweep's duration. A change whose journal write failed is searchable within "
+        "about this long",
+        group=RETRIEVAL,
+    )
     reranker_provider: str = _setting(
         "auto",
         "RAGRPC_RERANKER_PROVIDER",

@@ -107,6 +107,19 @@ class DocumentRegistry(Protocol):
         """Drops deletion-journal entries older than `older_than` (unix seconds)."""
         ...
 
+    def journal_changes(self, keys: list[str]) -> None:
+        """Records that these documents' rows changed, for followers (changed_since); the writer calls
+        it after each put (ingest_service.change_journal)."""
+        ...
+
+    def changed_since(self, updated_after: int) -> Iterator[list[tuple[str, int]]]:
+        """(key, unix seconds) of the documents journalled as changed after `updated_after`, in pages."""
+        ...
+
+    def purge_changes(self, older_than: int) -> None:
+        """Drops change-journal entries older than `older_than` (unix seconds)."""
+        ...
+
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]: ...
 
     def list_keys(self, expr: FilterExpr, *, after: str = "", limit: int) -> list[str]:

@@ -50,6 +50,17 @@ def deletions_expr(after: int) -> FilterExpr:
     )
 
 
+def change_row(key: str, changed_at: int) -> dict[str, Any]:
+    """The change-journal row of document `key` (one per document: a later change overwrites it)."""
+    return {
+        s.JOB_ID: "changed-" + hashlib.sha256(key.encode()).hexdigest()[:48],
+        s.TENANT: s.CHANGE_JOURNAL_TENANT,
+        s.UPDATED_AT: changed_at,
+        s.RECORD: {"doc_key": key},
+        s.REGISTRY_VECTOR: [1.0, 0.0],
+    }
+
+
 def record_to_row(record: DocumentRecord) -> dict[str, Any]:
     body = dataclasses.asdict(record)
     body["state"] = int(record.state)
@@ -151,6 +162,39 @@ class MilvusDocumentRegistry:
         self._conn.write(lambda c: c.delete(self._names.jobs, filter=expr.render()), collection=self._names.jobs)
 
     @translate_errors
+    def journal_changes(self, keys: list[str]) -> None:
+        """Records that these documents' registry rows changed (see changed_since)."""
+        if keys:
+            now = int(time.time())
+            self._conn.write_rows("upsert", self._names.jobs, [change_row(key, now) for key in keys], s.JOB_ID)
+
+    def changed_since(self, updated_after: int) -> Iterator[list[tuple[str, int]]]:
+        """(key, when) of the documents journalled as changed after `updated_after` (unix seconds), in
+        pages; the registry row says what the change was (the document may be gone again)."""
+        expr = _JOBS_FILTER.and_(
+            _JOBS_FILTER.eq(s.TENANT, s.CHANGE_JOURNAL_TENANT), _JOBS_FILTER.gt(s.UPDATED_AT, int(updated_after))
+        )
+        for page in scan_rows(
+            self._conn,
+            self._names.jobs,
+            expr,
+            [s.JOB_ID, s.UPDATED_AT, s.RECORD],
+            page_size=self.page_size,
+            operation="change journal scan",
+            by_key=s.JOB_ID if self.key_scan_from_rows is not None else "",
+            by_key_from_rows=self.key_scan_from_rows or 0,
+        ):
+            yield [(row[s.RECORD]["doc_key"], int(row[s.UPDATED_AT])) for row in page]
+
+    @translate_errors
+    def purge_changes(self, older_than: int) -> None:
+        """Drops change-journal entries written before `older_than`."""
+        expr = _JOBS_FILTER.and_(
+            _JOBS_FILTER.eq(s.TENANT, s.CHANGE_JOURNAL_TENANT), _JOBS_FILTER.lt(s.UPDATED_AT, int(older_than))
+        )
+        self._conn.write(lambda c: c.delete(self._names.jobs, filter=expr.render()), collection=self._names.jobs)
+
+    @translate_errors
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
         expr = _REGISTRY_FILTER.and_(
             _REGISTRY_FILTER.eq(s.TENANT, tenant),
@@ -209,7 +253,7 @@ class MilvusDocumentRegistry:
     @translate_errors
     def get_job(self, job_id: str) -> IngestJobRecord | None:
         rows = self._conn.call(lambda c: c.get(self._names.jobs, ids=[job_id], output_fields=[s.TENANT, s.RECORD]))
-        if not rows or str(rows[0][s.TENANT]).startswith("#"):  # the deletion journal, the writer lease
+        if not rows or str(rows[0][s.TENANT]).startswith("#"):  # the journals, the writer lease
             return None
         return IngestJobRecord(**rows[0][s.RECORD])
 

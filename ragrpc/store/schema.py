@@ -120,6 +120,17 @@ DELETION_JOURNAL_TENANT = "#deleted"
 # How long the ingest service keeps journal entries (purged at its start): a reader whose view is
 # younger than this learns every delete since from the journal alone.
 DELETION_JOURNAL_KEEP_S = 7 * 24 * 3600
+# Change journal: a row in the jobs collection per document whose registry row the writer changed
+# lately (tenant field set to this value; the key in RECORD["doc_key"], its time in UPDATED_AT), so
+# that a reader following the registry finds what changed by reading a few rows, not by filtering
+# the whole registry on updated_at (milvus-lite scans it: 1.2-1.4 s at 1M documents). A hint, not
+# the record of truth: a change whose journal write failed is found by the reader's periodic sweep
+# of the registry (query_service.registry_follower).
+CHANGE_JOURNAL_TENANT = "#changed"
+# How long entries stay (the writer purges older ones every CHANGE_JOURNAL_PURGE_S): a reader further
+# behind than this sweeps the registry instead.
+CHANGE_JOURNAL_KEEP_S = 600
+CHANGE_JOURNAL_PURGE_S = 60
 WRITER_LEASE_KEY = "#writer-lease"  # job id and tenant of the writer lease's row in the jobs collection
 JOBS_FILTERABLE_FIELDS: dict[str, type] = {TENANT: str, UPDATED_AT: int}
 

@@ -67,6 +67,8 @@ WRITE_CALLS = frozenset(
         "registry.put",
         "registry.delete",
         "registry.purge_deletions",
+        "registry.journal_changes",
+        "registry.purge_changes",
         "registry.put_job",
         "registry.write_lease",
     }
@@ -315,6 +317,15 @@ class FaultyRegistry:
 
     def purge_deletions(self, older_than: int) -> None:
         self.plan.run("registry.purge_deletions", lambda: self.inner.purge_deletions(older_than))
+
+    def journal_changes(self, keys: list[str]) -> None:
+        self.plan.run("registry.journal_changes", lambda: self.inner.journal_changes(keys))
+
+    def changed_since(self, updated_after: int) -> Iterator[list[tuple[str, int]]]:
+        return self.plan.pages("registry.changed_since", lambda: self.inner.changed_since(updated_after))
+
+    def purge_changes(self, older_than: int) -> None:
+        self.plan.run("registry.purge_changes", lambda: self.inner.purge_changes(older_than))
 
     def find_by_hash(self, tenant: str, collection: str, content_hash: str) -> list[DocumentRecord]:
         return self.plan.run(  # type: ignore[no-any-return]

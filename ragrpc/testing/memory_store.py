@@ -228,6 +228,7 @@ class InMemoryDocumentRegistry:
         self._docs: dict[str, DocumentRecord] = {}
         self._jobs: dict[str, IngestJobRecord] = {}
         self._deletions: dict[str, int] = {}  # document key -> deleted at (unix seconds)
+        self._changes: dict[str, int] = {}  # document key -> last journalled change (unix seconds)
         self._lock = threading.Lock()
         self.page_size = checked_page_size(page_size)
         self.model_record: dict[str, Any] | None = None  # what CollectionSetup keeps under MODEL_INFO_KEY
@@ -279,6 +280,21 @@ class InMemoryDocumentRegistry:
     def purge_deletions(self, older_than: int) -> None:
         with self._lock:
             self._deletions = {key: at for key, at in self._deletions.items() if at >= older_than}
+
+    def journal_changes(self, keys: list[str]) -> None:
+        now = int(time.time())
+        with self._lock:
+            for key in keys:
+                self._changes[key] = now
+
+    def changed_since(self, updated_after: int) -> Iterator[list[tuple[str, int]]]:
+        with self._lock:
+            entries = [(key, at) for key, at in sorted(self._changes.items()) if at > updated_after]
+        yield from _pages(entries, self.page_size)
+
+    def purge_changes(self, older_than: int) -> None:
+        with self._lock:
+            self._changes = {key: at for key, at in self._changes.items() if at >= older_than}
 
     def _matching(self, expr: FilterExpr) -> list[DocumentRecord]:
         with self._lock:

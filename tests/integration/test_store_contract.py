@@ -7,6 +7,7 @@ journalled for followers."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -212,6 +213,18 @@ def test_deletes_are_journalled_for_followers(stores: Stores) -> None:
     stores.registry.purge_deletions(older_than=2**40)
     assert [key for page in stores.registry.deleted_since(0) for key in page] == []
     assert all_keys(stores.registry, REGISTRY.eq(s.TENANT, "t1")) == ["t1/a", "t1/c"]
+
+
+def test_changes_are_journalled_for_followers(stores: Stores) -> None:
+    before = int(time.time()) - 1
+    stores.registry.journal_changes(["t1/a", "t1/b"])
+    stores.registry.journal_changes(["t1/a"])  # one entry a document, the newest time
+    entries = [entry for page in stores.registry.changed_since(before) for entry in page]
+    assert sorted(key for key, _ in entries) == ["t1/a", "t1/b"] and all(at > before for _, at in entries)
+    assert [entry for page in stores.registry.changed_since(int(time.time()) + 5) for entry in page] == []
+    assert [key for page in stores.registry.deleted_since(0) for key in page] == []  # another journal
+    stores.registry.purge_changes(older_than=2**40)
+    assert [entry for page in stores.registry.changed_since(0) for entry in page] == []
 
 
 def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:

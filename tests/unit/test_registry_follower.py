@@ -4,6 +4,7 @@ backstop, and a watermark that never skips a row changed behind a running page s
 
 from __future__ import annotations
 
+from ingest_service.change_journal import JournalledRegistry
 from query_service.packed_table import PackedTable
 from query_service.registry_follower import VIEW_CODEC, DocumentChange, DocumentView, RegistryFollower
 from ragrpc.models import DocumentRecord, DocumentState
@@ -32,7 +33,7 @@ def _put(registry: InMemoryDocumentRegistry, document_id: str, generation: str =
     )
     for name, value in fields.items():
         setattr(record, name, value)
-    registry.put(record)
+    JournalledRegistry(registry).put(record)  # as the ingest service writes it: the row, then the journal
     return record
 
 
@@ -90,6 +91,7 @@ def test_the_key_listing_catches_a_delete_whose_journal_entry_is_gone() -> None:
     follower.load()
     registry.delete("t", "a")
     registry.purge_deletions(older_than=2**40)
+    registry.purge_changes(older_than=2**40)  # (its creation's entry would name it: its row is gone)
     follower.poll()
     assert follower.generations(["t/a"]) == {"t/a": "g1"}  # not seen yet...
     follower.poll(reconcile=True)
@@ -165,3 +167,23 @@ def test_a_restored_view_older_than_the_journal_lists_every_key_at_its_first_pol
     follower.poll()
     assert registry.key_listings == 1 and follower.ready
     assert follower.generations(["t/a"]) == {}
+
+
+def test_a_follower_sweeps_at_its_interval_and_first_after_a_restore() -> None:
+    """The sweep runs every sweep_interval_s (not at every poll: on milvus-lite it scans the registry)."""
+    clock = [0.0]
+    registry = InMemoryDocumentRegistry()
+    follower = RegistryFollower(registry, sweep_interval_s=30.0, clock=lambda: clock[0])
+    follower.load()
+    for _ in range(5):
+        clock[0] += 5.0
+        follower.poll()
+    assert follower.sweeps == 0 and follower.polls == 5
+    clock[0] += 6.0
+    follower.poll()
+    assert follower.sweeps == 1
+    state, visible, watermark = follower.export_state()
+    restored = RegistryFollower(registry, sweep_interval_s=30.0, clock=lambda: clock[0])
+    restored.restore(state, PackedTable(VIEW_CODEC), watermark)
+    restored.poll()
+    assert restored.sweeps == 1  # changes since the snapshot's watermark: swept, not trusted to the journal
