@@ -26,6 +26,7 @@ from ingest_service.pipeline import IngestPipeline
 from ingest_service.preparation import build_preparer, clean_document
 from ingest_service.servicer import IngestServicer
 from ingest_service.writer_lease import FencedChunkStore, FencedRegistry, WriterLease
+from ragrpc.change_journal import change_journal_enabled
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.enrich import build_enrichers
@@ -94,7 +95,8 @@ def build_components(
     if lease is not None:
         chunks = FencedChunkStore(chunks, lease)
         registry = FencedRegistry(registry, lease)
-    registry = JournalledRegistry(registry)  # type: ignore[assignment]
+    if change_journal_enabled(settings, chunks):
+        registry = JournalledRegistry(registry)  # type: ignore[assignment]
     executor = ThreadPoolExecutor(max_workers=max(2, settings.cpu_workers), thread_name_prefix="ingest-cpu")
     # Store calls mostly wait (on the store, on the one writer); enough threads that the writes of
     # many documents queue at once and leave in one group-committed call, and that a slow store

@@ -4,6 +4,10 @@ services following the registry learn what changed by reading the few rows writt
 of filtering the whole registry on `updated_at` (which milvus-lite answers by scanning it: 1.2-1.4 s
 at 1M documents, most of a 3.9 s ingest-to-searchable there).
 
+A put of a document that has never had a visible version (no generation yet: a first attempt
+starting, or failing) changes no follower's view and is not journalled: one journal write per new
+document, not one per registry write.
+
 The journal is a hint. Its write comes after the registry write, so a reader that finds a key there
 reads the row it names, and a journal write that fails (before or after it was applied, or never
 answered) fails the put as the registry write's failure would: the caller sees an error and the
@@ -56,8 +60,9 @@ class JournalledRegistry:
 
     def put(self, record: DocumentRecord) -> None:
         self._inner.put(record)
-        self._inner.journal_changes([record.key])
-        self._purge_when_due()
+        if record.generation:  # "": no attempt ever succeeded (generation is never reset), never visible
+            self._inner.journal_changes([record.key])
+            self._purge_when_due()
 
     def _purge_when_due(self) -> None:
         with self._purge_lock:  # one purge at a time; the other writers go on

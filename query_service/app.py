@@ -30,6 +30,7 @@ from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import Bm25Parameters, InProcessBm25Index
 from ragrpc import deadlines, errors
 from ragrpc.analyzer import EnglishAnalyzer
+from ragrpc.change_journal import change_journal_enabled
 from ragrpc.config import Settings
 from ragrpc.embeddings import Embedder
 from ragrpc.enrich import build_enrichers
@@ -206,6 +207,7 @@ def build_components(
         registry,
         reconcile_interval_s=settings.registry_reconcile_interval_s,
         sweep_interval_s=settings.registry_sweep_interval_s,
+        change_journal=change_journal_enabled(settings, chunks),
         give_up_after_s=settings.index_give_up_after_s,
     )
     dense_index = build_dense_index(settings, chunks, embedder.dimension)

@@ -8,7 +8,8 @@ indexes, through ChunkIndexSync) apply what changed, in batches.
 
     load()  -> one paged scan of the registry's ACTIVE rows (before the service reports SERVING)
     poll()  -> the change journal since the last poll (the writer journals each document it puts,
-               ingest_service.change_journal; a read of a few rows) with those documents' rows read
+               ingest_service.change_journal, where RAGRPC_REGISTRY_CHANGE_JOURNAL has it; a read of a
+               few rows; without the journal every poll sweeps) with those documents' rows read
                by key, and the deletion journal since then (a delete removes the registry row, so
                the journal is how a follower learns of it), applied as one batch; every
                `sweep_interval_s` (and at least 20x the last sweep's time), and at the first poll,
@@ -139,6 +140,7 @@ class RegistryFollower:
         *,
         reconcile_interval_s: float = 60.0,
         sweep_interval_s: float = 30.0,
+        change_journal: bool = False,
         give_up_after_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -146,6 +148,7 @@ class RegistryFollower:
         self._registry = registry
         self._reconcile_interval = reconcile_interval_s
         self._sweep_interval = sweep_interval_s
+        self._change_journal = change_journal  # the writer keeps one (False: every poll sweeps)
         self._give_up_after = give_up_after_s
         self._clock = clock
         self._wall_clock = wall_clock
@@ -314,8 +317,8 @@ class RegistryFollower:
             # the journal may have lost entries written since the last read (a process paused longer
             # than half the journal's retention): sweep too
             behind = wall - self._journal_read_at > s.CHANGE_JOURNAL_KEEP_S / 2
-            sweeping = sweep or behind or self._clock() >= self._next_sweep
-            found, journal_seen = self._journalled_changes(wall)
+            sweeping = sweep or behind or self._clock() >= self._next_sweep or not self._change_journal
+            found, journal_seen = self._journalled_changes(wall) if self._change_journal else ({}, 0)
             since = max(0, min(self._watermark, self._journal_mark) - _CLOCK_SLACK_S)
             found.update(self._deletions(since, found))
             if sweeping:

@@ -576,6 +576,16 @@ class Settings:
         "journal entry it missed (deletes reach it through the journal); at least 20x the last listing's duration",
         group=RETRIEVAL,
     )
+    registry_change_journal: str = _setting(
+        "auto",
+        "RAGRPC_REGISTRY_CHANGE_JOURNAL",
+        "Both services, set alike: on (the ingest service journals each document it writes, and the query service's "
+        "polls read the journal and the changed rows by key, sweeping the registry every "
+        "RAGRPC_REGISTRY_SWEEP_INTERVAL_S), off (no journal: every poll filters the whole registry on updated_at) or "
+        "auto (on for milvus-lite, whose filters scan the whole collection; off for a Milvus server, where the filter "
+        "is cheap and the journal's write per document cost a quarter of the ingestion ceiling)",
+        group=RETRIEVAL,
+    )
     registry_sweep_interval_s: float = _setting(
         30.0,
         "RAGRPC_REGISTRY_SWEEP_INTERVAL_S",

@@ -92,6 +92,7 @@ class IngestRig:
             ingest_port=0,
             document_timeout_s=30.0,
             replaced_version_grace_s=replaced_grace_s,
+            registry_change_journal="on",  # the in-memory store is no milvus-lite: auto would leave it off
         )
         maker = make_stores or _fakes
         inner_chunks, inner_registry = maker(True)

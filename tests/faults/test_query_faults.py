@@ -42,7 +42,8 @@ class QueryView:
     @classmethod
     def over(cls, chunks: Any, registry: Any, plan: FaultPlan, *, give_up_after_s: float = 60.0) -> QueryView:
         faulty_chunks, faulty_registry = FaultyChunkStore(chunks, plan), FaultyRegistry(registry, plan)
-        follower = RegistryFollower(faulty_registry, give_up_after_s=give_up_after_s)
+        # the rig's writer journals (registry_change_journal="on"): so does this reader
+        follower = RegistryFollower(faulty_registry, give_up_after_s=give_up_after_s, change_journal=True)
         sync = ChunkIndexSync(InProcessBm25Index(EnglishAnalyzer()), faulty_chunks, dense=InProcessDenseIndex(32))
         follower.add_listener(sync)
         return cls(faulty_chunks, faulty_registry, follower, sync)

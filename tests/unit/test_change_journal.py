@@ -44,6 +44,10 @@ def test_a_put_journals_its_document_after_the_row_and_old_entries_are_purged() 
     assert set(_journalled(inner)) == {"t/c"}  # the old entry went; the put's own stays
     assert journalled.get("t", "c") is not None  # everything else passes through
 
+    counting.calls.clear()
+    journalled.put(DocumentRecord(tenant="t", document_id="new", state=DocumentState.PROCESSING))
+    assert counting.calls == ["registry.put"]  # never visible yet: no follower's view changes
+
 
 @pytest.mark.parametrize("kind", ALL_KINDS, ids=[k.value for k in ALL_KINDS])
 def test_a_failed_journal_write_fails_the_put_a_failed_purge_fails_nothing(kind: FaultKind) -> None:
@@ -62,3 +66,41 @@ def test_a_failed_journal_write_fails_the_put_a_failed_purge_fails_nothing(kind:
     )
     purging.put(_record("b"))  # the purge failed, logged; the put stands
     assert "t/b" in _journalled(inner)
+
+
+def test_the_setting_turns_the_journal_on_where_filters_scan_and_both_services_follow_it() -> None:
+    import dataclasses
+
+    from ingest_service.app import build_components as build_ingest
+    from query_service.registry_follower import RegistryFollower
+    from ragrpc import errors
+    from ragrpc.change_journal import change_journal_enabled
+    from ragrpc.config import Settings
+    from ragrpc.testing import HashingEmbedder, InMemoryChunkStore
+
+    class EmbeddedStore(InMemoryChunkStore):
+        @property
+        def embedded(self) -> bool:
+            return True  # as milvus-lite's store says of itself
+
+    server_like, embedded = InMemoryChunkStore(), EmbeddedStore()
+    auto = Settings()
+    assert not change_journal_enabled(auto, server_like) and change_journal_enabled(auto, embedded)
+    assert change_journal_enabled(dataclasses.replace(auto, registry_change_journal="on"), server_like)
+    assert not change_journal_enabled(dataclasses.replace(auto, registry_change_journal="OFF"), embedded)
+    with pytest.raises(errors.PreconditionError, match="RAGRPC_REGISTRY_CHANGE_JOURNAL"):
+        change_journal_enabled(dataclasses.replace(auto, registry_change_journal="sometimes"), server_like)
+
+    for choice, journalled in (("on", True), ("off", False)):
+        settings = dataclasses.replace(auto, registry_change_journal=choice)
+        ingest = build_ingest(settings, HashingEmbedder(), server_like, InMemoryDocumentRegistry())
+        assert isinstance(ingest.lifecycle._registry, JournalledRegistry) is journalled  # noqa: SLF001
+        ingest.shutdown()
+
+    registry = InMemoryDocumentRegistry()
+    plan = FaultPlan.counting()
+    follower = RegistryFollower(FaultyRegistry(registry, plan))  # the default: no journal
+    follower.load()
+    follower.poll()
+    follower.poll()
+    assert follower.sweeps == 2 and "registry.changed_since" not in plan.calls  # every poll sweeps, as before

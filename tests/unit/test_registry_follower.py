@@ -38,7 +38,7 @@ def _put(registry: InMemoryDocumentRegistry, document_id: str, generation: str =
 
 
 def _follower(registry: InMemoryDocumentRegistry, **kwargs) -> tuple[RegistryFollower, Recorder]:  # type: ignore[no-untyped-def]
-    follower = RegistryFollower(registry, **kwargs)
+    follower = RegistryFollower(registry, **{"change_journal": True, **kwargs})  # _put journals, as the writer
     recorder = Recorder()
     follower.add_listener(recorder)
     return follower, recorder
@@ -173,7 +173,7 @@ def test_a_follower_sweeps_at_its_interval_and_first_after_a_restore() -> None:
     """The sweep runs every sweep_interval_s (not at every poll: on milvus-lite it scans the registry)."""
     clock = [0.0]
     registry = InMemoryDocumentRegistry()
-    follower = RegistryFollower(registry, sweep_interval_s=30.0, clock=lambda: clock[0])
+    follower = RegistryFollower(registry, sweep_interval_s=30.0, change_journal=True, clock=lambda: clock[0])
     follower.load()
     for _ in range(5):
         clock[0] += 5.0
@@ -183,7 +183,7 @@ def test_a_follower_sweeps_at_its_interval_and_first_after_a_restore() -> None:
     follower.poll()
     assert follower.sweeps == 1
     state, visible, watermark = follower.export_state()
-    restored = RegistryFollower(registry, sweep_interval_s=30.0, clock=lambda: clock[0])
+    restored = RegistryFollower(registry, sweep_interval_s=30.0, change_journal=True, clock=lambda: clock[0])
     restored.restore(state, PackedTable(VIEW_CODEC), watermark)
     restored.poll()
     assert restored.sweeps == 1  # changes since the snapshot's watermark: swept, not trusted to the journal
