@@ -319,8 +319,7 @@ class RegistryFollower:
             behind = wall - self._journal_read_at > s.CHANGE_JOURNAL_KEEP_S / 2
             sweeping = sweep or behind or self._clock() >= self._next_sweep or not self._change_journal
             found, journal_seen = self._journalled_changes(wall) if self._change_journal else ({}, 0)
-            since = max(0, min(self._watermark, self._journal_mark) - _CLOCK_SLACK_S)
-            found.update(self._deletions(since, found))
+            found.update(self._deletions(max(0, self._watermark - _CLOCK_SLACK_S), found))
             if sweeping:
                 started, seen = self._clock(), 0
                 for page in self._registry.scan(_REGISTRY.gt(s.UPDATED_AT, max(0, self._watermark - _CLOCK_SLACK_S))):
