@@ -9,8 +9,7 @@ import numpy as np
 
 from ingest_service.document_facts import DocumentFacts
 from ingest_service.requests import IngestItem
-from ragrpc.chunk_ids import chunk_id_for
-from ragrpc.models import ChunkDraft, ChunkKind, ChunkRecord
+from ragrpc.models import ChunkDraft, ChunkKind, ChunkRecord, chunk_id_for
 
 
 def new_generation() -> str:

@@ -54,8 +54,7 @@ from ingest_service.attempts import Attempt, document_etag, finish_despite_cance
 from ingest_service.chunk_records import new_generation
 from ingest_service.recovery import recover_documents, settle_failed_attempt
 from ragrpc import errors
-from ragrpc.chunk_ids import chunk_id_for
-from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, document_key
+from ragrpc.models import ChunkRecord, DocumentRecord, DocumentState, chunk_id_for, document_key
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import chunks_of_document, chunks_of_generation
 

@@ -6,7 +6,7 @@ A listener of the RegistryFollower: at start it indexes every chunk of the visib
 generations (one paged scan of the chunk collection, with the vectors when the dense index is
 held and each chunk's analysed BM25 terms where the collection keeps them, logged as it goes);
 afterwards each batch of registry changes is applied by reading the changed generations' chunks
-by primary key (ids derived from the generation and its recorded chunk span, ragrpc.chunk_ids; a
+by primary key (ids derived from the generation and its recorded chunk span, ragrpc.models.chunk_id_for; a
 key lookup, where a filter on the generation scans the whole collection on milvus-lite: 1.2-4 s
 at 1M chunks), `_KEY_READ_BATCH` ids a call; a generation without a recorded span, or whose ids
 did not find all its chunks, with one paged chunk query per `_RELOAD_BATCH` generations
@@ -30,9 +30,8 @@ from query_service.dense_index import InProcessDenseIndex, VectorChunk
 from query_service.packed_table import PackedTable
 from query_service.registry_follower import DocumentChange, DocumentView
 from query_service.sparse_index import IndexedChunk, InProcessBm25Index
-from ragrpc.chunk_ids import chunk_ids_of
 from ragrpc.context_header import bm25_text
-from ragrpc.models import ChunkKind, ChunkRecord, document_key
+from ragrpc.models import ChunkKind, ChunkRecord, chunk_ids_of, document_key
 from ragrpc.store import filters as f
 from ragrpc.store import schema as s
 from ragrpc.store.base import ChunkStore

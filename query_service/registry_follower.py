@@ -75,7 +75,7 @@ class DocumentView:
     generation: str
     fields: tuple  # title, tags, metadata as copied onto the chunks
     chunk_count: int = 0  # retrievable chunks of the generation, as the registry counts them
-    # the generation's chunk indexes 0 .. chunk_span-1, read by their derived ids (ragrpc.chunk_ids;
+    # the generation's chunk indexes 0 .. chunk_span-1, read by their derived ids (ragrpc.models.chunk_id_for;
     # 0: not recorded). How to read the chunks, not what queries see: not compared.
     chunk_span: int = field(default=0, compare=False)
 

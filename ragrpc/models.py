@@ -12,6 +12,7 @@ and through a query:
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,7 +180,7 @@ class DocumentRecord:
     error_code: str = ""
     chunk_count: int = 0
     # chunks the generation wrote, retrievable and parents, with indexes 0 .. chunk_span-1 and ids
-    # ragrpc.chunk_ids derives (0: not recorded, a record from before it was)
+    # chunk_id_for derives (0: not recorded, a record from before it was)
     chunk_span: int = 0
     page_count: int = 0
     pages_without_text: list[int] = field(default_factory=list)
@@ -217,6 +218,19 @@ class WriterLeaseRecord:
 
 def document_key(tenant: str, document_id: str) -> str:
     return f"{tenant}/{document_id}"
+
+
+# Stored chunk ids derive from the document, its generation and the chunk's index, so a reader that knows a
+# generation and how many chunks it wrote (DocumentRecord.chunk_span) reads them by primary key: a key lookup,
+# where a filter on the generation scans the collection (milvus-lite at 1M chunks: about 1.4 ms against 1.2-4 s).
+def chunk_id_for(tenant: str, document_id: str, generation: str, index: int) -> str:
+    digest = hashlib.sha256(f"{tenant}\x1f{document_id}\x1f{generation}\x1f{index}".encode()).hexdigest()
+    return digest[:32]
+
+
+def chunk_ids_of(tenant: str, document_id: str, generation: str, span: int) -> list[str]:
+    """The ids of chunk indexes 0 .. span-1 of one generation."""
+    return [chunk_id_for(tenant, document_id, generation, index) for index in range(span)]
 
 
 @dataclass

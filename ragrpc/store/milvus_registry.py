@@ -33,15 +33,21 @@ _REGISTRY_FILTER = FilterBuilder(s.REGISTRY_FILTERABLE_FIELDS)
 _JOBS_FILTER = FilterBuilder(s.JOBS_FILTERABLE_FIELDS)
 
 
-def deletion_row(key: str, deleted_at: int) -> dict[str, Any]:
-    """The deletion-journal row of document `key` (its id fits the jobs collection's 64 characters)."""
+def _journal_row(prefix: str, journal: str, key: str, at: int) -> dict[str, Any]:
+    """A row of a journal kept in the jobs collection: one per document key (its id fits the collection's 64
+    characters), tenant field `journal`, the key in RECORD["doc_key"]."""
     return {
-        s.JOB_ID: "deleted-" + hashlib.sha256(key.encode()).hexdigest()[:48],
-        s.TENANT: s.DELETION_JOURNAL_TENANT,
-        s.UPDATED_AT: deleted_at,
+        s.JOB_ID: prefix + hashlib.sha256(key.encode()).hexdigest()[:48],
+        s.TENANT: journal,
+        s.UPDATED_AT: at,
         s.RECORD: {"doc_key": key},
         s.REGISTRY_VECTOR: [1.0, 0.0],
     }
+
+
+def deletion_row(key: str, deleted_at: int) -> dict[str, Any]:
+    """The deletion-journal row of document `key`."""
+    return _journal_row("deleted-", s.DELETION_JOURNAL_TENANT, key, deleted_at)
 
 
 def deletions_expr(after: int) -> FilterExpr:
@@ -52,13 +58,7 @@ def deletions_expr(after: int) -> FilterExpr:
 
 def change_row(key: str, changed_at: int) -> dict[str, Any]:
     """The change-journal row of document `key` (one per document: a later change overwrites it)."""
-    return {
-        s.JOB_ID: "changed-" + hashlib.sha256(key.encode()).hexdigest()[:48],
-        s.TENANT: s.CHANGE_JOURNAL_TENANT,
-        s.UPDATED_AT: changed_at,
-        s.RECORD: {"doc_key": key},
-        s.REGISTRY_VECTOR: [1.0, 0.0],
-    }
+    return _journal_row("changed-", s.CHANGE_JOURNAL_TENANT, key, changed_at)
 
 
 def record_to_row(record: DocumentRecord) -> dict[str, Any]:

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ragrpc.chunk_ids import chunk_id_for
-from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
+from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState, chunk_id_for
 from ragrpc.store import schema as s
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import MilvusStores

@@ -25,9 +25,9 @@ import numpy as np
 
 from query_service.app import build_components
 from query_service.retrieval_types import RetrievalQuery
-from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
+from ragrpc.models import chunk_id_for
 from ragrpc.store.factory import open_milvus_stores
 from ragrpc.store.request_filter import filter_from_request
 from ragrpc.v1 import retrieve_pb2, retrieve_pb2_grpc

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ingest_service.extract import build_default_registry
-from ragrpc.chunk_ids import chunk_id_for
 from ragrpc.config import Settings
 from ragrpc.embeddings import SentenceTransformerEmbedder
-from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState
+from ragrpc.models import ChunkKind, ChunkRecord, DocumentRecord, DocumentState, chunk_id_for
 from ragrpc.onnx_export import file_lock
 from ragrpc.store.collections import CollectionNames
 from ragrpc.store.factory import MilvusStores, open_milvus_stores
