@@ -7,6 +7,8 @@ import copy
 import dataclasses
 from collections.abc import Callable
 
+import pytest
+
 from ingest_service.app import build_components as build_ingest
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from query_service.dense_index import InProcessDenseIndex
@@ -278,13 +280,17 @@ async def test_the_start_up_load_indexes_each_document_once_the_scan_has_all_its
     assert sync.documents()["t1/long"][1] == len(per_document["long"])
 
 
-async def test_changed_documents_are_read_by_their_derived_ids_and_records_without_a_span_by_generation() -> None:
+async def test_changed_documents_are_read_by_their_derived_ids_and_records_without_a_span_by_generation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A change's chunks are read by the ids its generation and chunk span derive (a key lookup, where
     a filter on the generation scans the collection): a hierarchical document's (parents within the
     span, not indexed), a metadata update's copies under a new generation (a store whose upsert
     leaves its partition). A record without a span (written before spans were) is read by generation."""
+    from query_service import index_sync
     from ragrpc.testing.faults import FaultPlan, FaultyChunkStore
 
+    monkeypatch.setattr(index_sync, "_KEY_READ_BATCH", 3)  # every change's ids past one read
     inner, registry = InMemoryChunkStore(upsert_keeps_partitions=False), InMemoryDocumentRegistry()
     reads = FaultyChunkStore(inner, FaultPlan.counting())
     settings = dataclasses.replace(Settings(), workers=2, chunk_size_tokens=20, chunk_overlap_tokens=0)

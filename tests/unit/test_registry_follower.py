@@ -4,6 +4,8 @@ backstop, and a watermark that never skips a row changed behind a running page s
 
 from __future__ import annotations
 
+import pytest
+
 from ingest_service.change_journal import JournalledRegistry
 from query_service.packed_table import PackedTable
 from query_service.registry_follower import VIEW_CODEC, DocumentChange, DocumentView, RegistryFollower
@@ -187,3 +189,15 @@ def test_a_follower_sweeps_at_its_interval_and_first_after_a_restore() -> None:
     restored.restore(state, PackedTable(VIEW_CODEC), watermark)
     restored.poll()
     assert restored.sweeps == 1  # changes since the snapshot's watermark: swept, not trusted to the journal
+
+
+def test_journalled_changes_past_one_read_by_key_all_arrive(monkeypatch: pytest.MonkeyPatch) -> None:
+    from query_service import registry_follower
+
+    monkeypatch.setattr(registry_follower, "_KEY_READ_BATCH", 2)
+    registry = InMemoryDocumentRegistry(page_size=3)
+    follower, recorder = _follower(registry)
+    follower.load()
+    for i in range(7):
+        _put(registry, f"d{i}")
+    assert follower.poll() == 7 and sorted(c.document_id for c in recorder.batches[0]) == [f"d{i}" for i in range(7)]
