@@ -50,7 +50,7 @@ from scripts.bench import bulk
 from scripts.bench.common import BENCH_DIR, BenchConfig, SectionResult, load_scifact, percentile, proc_status_kb
 from scripts.bench.querydata import text_pool
 from scripts.bench.service_probe import probe_query_service
-from tests.support.milvus235 import Milvus235, milvus_server_executable, ports_free
+from tests.support.milvus235 import Milvus235, milvus_server_executable, ports_free, stop_leftovers
 from tests.support.milvus_server import MilvusLiteServer, free_port
 
 BASE_TEXTS = 2048
@@ -79,8 +79,12 @@ class Backend:
     def start(self) -> str:
         ports_file = self.root / "ports.json"
         ports = json.loads(ports_file.read_text()) if self.kind != "milvus-lite" and ports_file.exists() else None
+        if ports and stop_leftovers(self.root):  # a server of this directory that an earlier run left behind
+            print(f"[scale] stopped a Milvus server left running on {self.root}", flush=True)
         if self.kind != "milvus-lite" and not (ports and ports_free(ports)):
-            shutil.rmtree(self.root, ignore_errors=True)  # its metadata names its ports: reused only on the same ones
+            # its metadata names its ports: reused only on the same ones (another program took one)
+            print(f"[scale] the ports of {self.root} are taken: its collection is built again", flush=True)
+            shutil.rmtree(self.root, ignore_errors=True)
             ports = None
         self.root.mkdir(parents=True, exist_ok=True)
         if self.kind == "milvus-lite":

@@ -62,6 +62,38 @@ def ports_free(ports: dict[str, int], wait_s: float = 60.0) -> bool:
         time.sleep(1.0)
 
 
+def stop_leftovers(root: Path) -> list[int]:
+    """Kills what is left of an earlier server on `root`'s data directory (its `milvus-server` wrapper or
+    its `milvus run standalone`, found by the directory in their command lines: a run that was killed
+    before it could stop them) and returns their pids; waits until they are gone."""
+    data = str((root / "data").resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if data in command and "milvus" in command:
+            found.append(int(entry.name))
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and any(_running(pid) for pid in found):
+        time.sleep(0.2)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed child of a parent that never waits for it stays one)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -94,6 +126,15 @@ class Milvus235:
         return f"http://127.0.0.1:{self.ports['proxy_port']}"
 
     def start(self, timeout_s: float = 240.0) -> float:
+        """Starts the server and waits until it answers; a start that fails or times out stops what it
+        started (a server left running would hold this data directory's ports for the next start)."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> float:
         started = time.monotonic()
         command = [self.executable, "--data", str(self.root / "data")]
         for name, port in self.ports.items():
@@ -118,7 +159,6 @@ class Milvus235:
         version = connection.call(lambda c: c.get_server_version())
         connection.reset()
         if not str(version).startswith("v2.3"):  # another server took the port while this one started
-            self.stop()
             raise RuntimeError(f"{self.uri} answers as {version!r}, not this Milvus 2.3.5 server: its port was taken")
         print(
             f"\n[milvus 2.3.5] server version {version} on {self.uri} (pid {self.process.pid}), "
