@@ -31,12 +31,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from query_service.ragged_arrays import StringTable, nest_arrays, sub_arrays
-from ragrpc.models import ScoredChunk, StageScores
+from ragrpc.models import ChunkKind, ChunkRecord, ScoredChunk, StageScores
 from ragrpc.store import schema
 from ragrpc.store.filters import FilterExpr
 from ragrpc.store.milvus_chunks import hit_to_chunk
 
 _ABSENT: Any = object()
+_IDENTITY_NAMES = frozenset((schema.CHUNK_ID, schema.DOCUMENT_ID, schema.TENANT))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DECODED_CACHE_LIMIT = 65536  # decoded values a column keeps (a filter reads the same few again and again)
 _INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
@@ -466,6 +467,31 @@ class ChunkAttrs(Mapping[str, Any]):
             raise KeyError(name)
         return value
 
+    def hit(self) -> ChunkRecord:
+        """The slot as a search hit (schema.HIT_FIELDS), what `hit_to_chunk(self)` makes, read straight
+        from the identity and the columns: a search makes one for each of its hits."""
+        identity, table, slot = self._identity, self._table, self._slot
+        if identity is None or not _IDENTITY_NAMES <= identity.identity_names:
+            return hit_to_chunk(self)
+        get = table.get
+        collection, generation = get(slot, schema.COLLECTION, _ABSENT), get(slot, schema.GENERATION, _ABSENT)
+        chunk_index, chunker = get(slot, schema.CHUNK_INDEX, _ABSENT), get(slot, schema.CHUNKER, _ABSENT)
+        kind = get(slot, schema.KIND, _ABSENT)
+        if _ABSENT in (collection, generation, chunk_index, chunker, kind):
+            return hit_to_chunk(self)  # raises the KeyError of the attribute missing
+        return ChunkRecord(
+            chunk_id=identity.identity_value(schema.CHUNK_ID, slot),
+            document_id=identity.identity_value(schema.DOCUMENT_ID, slot),
+            tenant=identity.identity_value(schema.TENANT, slot),
+            collection=collection,
+            generation=generation,
+            text="",
+            vector=[],
+            chunk_index=int(chunk_index),
+            chunker=chunker,
+            kind=ChunkKind(int(kind)),
+        )
+
     def __iter__(self) -> Iterator[str]:
         identity = self._identity
         names = identity.identity_names if identity is not None else frozenset()
@@ -495,6 +521,10 @@ class HeldFilter:
     def hits(self, found: list[tuple[str, float]], scores: Callable[[float], StageScores]) -> list[ScoredChunk]:
         """The hits of `found` ((chunk id, score) that passed), with the stage scores `scores` makes."""
         return [
-            ScoredChunk(hit_to_chunk(self._passed[chunk_id]), float(score), scores(float(score)), complete=False)
+            ScoredChunk(_hit(self._passed[chunk_id]), float(score), scores(float(score)), complete=False)
             for chunk_id, score in found
         ]
+
+
+def _hit(attrs: Mapping[str, Any]) -> ChunkRecord:
+    return attrs.hit() if isinstance(attrs, ChunkAttrs) else hit_to_chunk(attrs)

@@ -170,7 +170,7 @@ class SlotTable:
 
     def document_id(self, slot: int) -> str:
         if slot < self.compact_size:
-            row = int(np.searchsorted(self._document_starts, slot, side="right")) - 1
+            row = int(self._document_starts.searchsorted(slot, side="right")) - 1
             return self._document_ids[row]
         return self._recent_document_ids[bisect.bisect_right(self._recent_document_firsts, slot) - 1]
 

@@ -129,3 +129,25 @@ def test_held_filter_keeps_the_hit_fields_of_what_passed() -> None:
     [hit] = held.hits([("d-3", 2.5)], lambda score: StageScores(sparse=score))
     assert (hit.chunk.chunk_id, hit.chunk.document_id, hit.chunk.chunk_index, hit.score) == ("d-3", "d", 3, 2.5)
     assert hit.scores.sparse == 2.5 and not hit.complete
+
+
+def test_a_slots_hit_read_from_its_identity_and_columns_equals_the_hit_of_its_attributes() -> None:
+    from query_service.slot_table import SlotTable
+    from ragrpc.store.milvus_chunks import hit_to_chunk
+
+    slots = SlotTable("t")
+    row = {s.COLLECTION: "c", s.GENERATION: "g1", s.CHUNK_INDEX: 0, s.CHUNKER: "recursive", s.KIND: 1}
+    slots.append("d1", ["d1-0", "d1-1"], [row, {**row, s.CHUNK_INDEX: 1, s.KIND: 0}])
+    slots.append("d2", ["d2-0"], [{**row, s.GENERATION: "g2"}])
+    for compacted in (False, True):
+        table = slots.merged(slots.live()) if compacted else slots
+        for slot in range(3):
+            view = table.view(slot)
+            assert view.hit() == hit_to_chunk(view)
+        assert [table.view(slot).hit().chunk_id for slot in range(3)] == ["d1-0", "d1-1", "d2-0"]
+        assert table.view(2).hit().document_id == "d2" and table.view(1).hit().chunk_index == 1
+    slots.append("d3", ["d3-0"], [{s.COLLECTION: "c"}])  # a chunk without the hit fields: the same KeyError
+    with pytest.raises(KeyError):
+        hit_to_chunk(slots.view(3))
+    with pytest.raises(KeyError):
+        slots.view(3).hit()
