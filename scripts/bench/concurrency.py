@@ -23,6 +23,7 @@ docs/concurrency.png (scripts/bench/concurrency_report.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -175,11 +176,48 @@ async def _call(stub: Any, kind: str, text: str, deadline_s: float) -> None:
         pass
 
 
+def connections_by_process(pids: list[int], port: int) -> dict[int, int]:
+    """Established TCP connections to `port` that each of `pids` holds (from /proc: the sockets among
+    each process's open files, matched by inode in /proc/net/tcp and tcp6). With SO_REUSEPORT the
+    kernel hashes each new connection to one worker, so this is how the callers split over them."""
+    established: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # ESTABLISHED, local port
+                established.add(fields[9])
+    counts = {}
+    for pid in pids:
+        inodes = set()
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+        except OSError:
+            continue
+        if held := len(inodes & established):
+            counts[pid] = held
+    return counts
+
+
 async def load_level(
-    address: str, kind: str, callers: int, seconds: float, queries: list[str], deadline_s: float = CALL_DEADLINE_S
+    address: str,
+    kind: str,
+    callers: int,
+    seconds: float,
+    queries: list[str],
+    deadline_s: float = CALL_DEADLINE_S,
+    on_connected: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """`callers` callers, each on its own channel (its own connection), call back to back for `seconds`;
-    calls still running at the end are awaited and counted. Latencies of OK calls and of refused ones."""
+    calls still running at the end are awaited and counted. Latencies of OK calls and of refused ones.
+    `on_connected` runs once every channel is connected; what it returns is the row's `connected`."""
     ok: list[float] = []
     refused: list[float] = []
     codes: Counter[str] = Counter()
@@ -190,6 +228,7 @@ async def load_level(
         stubs = [retrieve_pb2_grpc.RetrieveServiceStub(channel) for channel in channels]
         await asyncio.gather(*(channel.channel_ready() for channel in channels))  # each connected
         await _call(stubs[0], kind, queries[0], CALL_DEADLINE_S)  # and the service warm
+        connected = on_connected() if on_connected is not None else None
         stop_at = time.perf_counter() + seconds
 
         async def caller(number: int, stub: Any) -> None:
@@ -226,6 +265,7 @@ async def load_level(
         "refused_p50": summary_ms(refused)["p50"] if refused else None,
         "refused_p99": summary_ms(refused)["p99"] if refused else None,
         "client_cpu_s": client_cpu,
+        "connected": connected,
     }
 
 
@@ -235,7 +275,17 @@ def measured_level(
     """load_level with the CPU seconds the service's processes and the store's used meanwhile."""
     service_before = service.cpu_seconds()
     store_before = tree_cpu_seconds(store_pid) if store_pid else float("nan")
-    row = asyncio.run(load_level(service.address, kind, callers, seconds, queries))
+    port = int(service.address.rsplit(":", 1)[1])
+    row = asyncio.run(
+        load_level(
+            service.address,
+            kind,
+            callers,
+            seconds,
+            queries,
+            on_connected=lambda: sorted(connections_by_process(service.pids(), port).values(), reverse=True),
+        )
+    )
     row["service_cpu_s"] = service.cpu_seconds() - service_before
     row["store_cpu_s"] = (tree_cpu_seconds(store_pid) - store_before) if store_pid else None
     return row
@@ -253,9 +303,11 @@ def _describe(kind: str, processes: int, row: dict[str, Any]) -> str:
     codes = {k: v for k, v in row["codes"].items() if k != "OK"}
     seconds = row["seconds"]
     cpu = f"client {row['client_cpu_s'] / seconds:.0%} of a core, service {row['service_cpu_s'] / seconds:.0%}"
+    split = row.get("connected")
     return (
         f"{kind} x{row['callers']} ({processes} proc): {row['per_s']:.1f}/s, p50 {row['p50']:.0f} ms, "
-        f"p99 {row['p99']:.0f} ms, {cpu}{', errors ' + str(codes) if codes else ''}"
+        f"p99 {row['p99']:.0f} ms, {cpu}{', connections per process ' + str(split) if split else ''}"
+        f"{', errors ' + str(codes) if codes else ''}"
     )
 
 

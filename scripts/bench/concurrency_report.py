@@ -18,7 +18,11 @@ CALLS = ("Retrieve", "Ask")
 
 
 def _cell(row: dict[str, Any]) -> str:
-    return f"{row['per_s']:.1f}/s, {row['p50']:.0f} / {row['p99']:.0f} ms"
+    """Calls/s and p50 / p99; with several processes, how the callers' connections split over them
+    (SO_REUSEPORT hashes each connection to one: the busiest process sets the p99)."""
+    split = row.get("connected") or []
+    spread = f" ({'+'.join(map(str, split))} connections)" if len(split) > 1 else ""
+    return f"{row['per_s']:.1f}/s, {row['p50']:.0f} / {row['p99']:.0f} ms{spread}"
 
 
 def _errors(rows: list[dict[str, Any]]) -> str:
@@ -124,7 +128,9 @@ def section(stores: list[dict[str, Any]]) -> list[str]:
         "connection, calling back to back for 12 s per level: `Retrieve` hybrid top-10 and `Ask` top-5 with the "
         "extractive answerer, over 200 SciFact claims. Latency: call start to status, OK calls only. CPU: cores "
         "busy during the `Retrieve` level, of the load generator (this process), the query service's processes and "
-        "the store's.",
+        "the store's. With two processes, a `Retrieve` cell says how the callers' connections split over them "
+        "(from /proc): the kernel hashes each connection to one process (SO_REUSEPORT), and the busier one sets "
+        "the p99.",
     ]
     for data in stores:
         lines += ["", f"**{data['store']}, {data['size']:,} chunks**", "", *store_table(data)]

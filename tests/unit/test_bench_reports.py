@@ -39,6 +39,8 @@ def _store(name: str) -> dict[str, Any]:
         for processes in (1, 2)
     ]
     runs[0]["levels"]["Retrieve"][3]["codes"]["RESOURCE_EXHAUSTED"] = 3
+    runs[0]["levels"]["Retrieve"][2]["connected"] = [16]  # one process: nothing to split
+    runs[1]["levels"]["Retrieve"][2]["connected"] = [10, 6]
     limit = {
         **_level(64, 40.0, RESOURCE_EXHAUSTED=900),
         "limit": 8,
@@ -60,7 +62,7 @@ def test_the_concurrency_report_writes_a_table_per_store_and_the_plot(tmp_path: 
     assert "old figures" not in text and text.count(concurrency_report.BEGIN) == 1
     assert text.startswith("# Benchmarks\n\nbefore\n") and text.rstrip().endswith("after")
     assert "**milvus-lite, 100,000 chunks**" in text and "**milvus-2.3.5, 100,000 chunks**" in text
-    assert "| 16 | 50.0/s, 320 / 640 ms | 25.0/s, 640 / 1280 ms | 100.0/s, 160 / 320 ms |" in text
+    assert "| 16 | 50.0/s, 320 / 640 ms | 25.0/s, 640 / 1280 ms | 100.0/s, 160 / 320 ms (10+6 connections) |" in text
     assert "1 proc Retrieve: RESOURCE_EXHAUSTED 3" in text
     assert "900 refused with RESOURCE_EXHAUSTED in p50 0.8 ms / p99 2.5 ms, 0 DEADLINE_EXCEEDED" in text
     assert (tmp_path / "concurrency.png").read_bytes()[:4] == b"\x89PNG"
