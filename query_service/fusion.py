@@ -4,11 +4,14 @@ Both fusers take the lists best first (as the retrievers return them), use each 
 `score` as its stage score, and return new ScoredChunks with StageScores(dense, sparse,
 fused) filled (None where a list did not contain the chunk) and `score` = fused score,
 sorted by fused score descending, ties broken by chunk_id. A chunk_id repeated within a
-list counts once, at its best rank. Inputs are not modified.
+list counts once, at its best rank. Inputs are not modified. With `limit`, only the best `limit`
+are returned (every candidate is scored and ranked; only the head is built: a query shows its
+top-k, so the ~200 candidates of a hybrid query need not all become result objects).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections.abc import Sequence
@@ -24,7 +27,9 @@ logger = logging.getLogger(__name__)
 class Fusion(Protocol):
     """Merges a dense and a sparse ranking."""
 
-    def fuse(self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> list[ScoredChunk]: ...
+    def fuse(
+        self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk], limit: int | None = None
+    ) -> list[ScoredChunk]: ...
 
 
 @dataclass
@@ -53,8 +58,14 @@ def _merge(dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> dict[
     return entries
 
 
-def _ranked(entries: dict[str, _Entry], fused: dict[str, float]) -> list[ScoredChunk]:
-    order = sorted(entries, key=lambda chunk_id: (-fused[chunk_id], chunk_id))
+def _ranked(entries: dict[str, _Entry], fused: dict[str, float], limit: int | None = None) -> list[ScoredChunk]:
+    """The fused hits best first (score descending, then chunk_id); the best `limit` of them with a limit."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if limit is None or limit >= len(entries):
+        order = sorted(entries, key=lambda chunk_id: (-fused[chunk_id], chunk_id))
+    else:
+        order = heapq.nsmallest(limit, entries, key=lambda chunk_id: (-fused[chunk_id], chunk_id))
     return [
         ScoredChunk(
             chunk=entries[chunk_id].hit.chunk,
@@ -80,13 +91,17 @@ class RrfFusion:
             raise InvalidInputError(f"rrf_k must be a positive integer, got {k!r}", field="options.rrf_k")
         self.k = k
 
-    def fuse(self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> list[ScoredChunk]:
+    def fuse(
+        self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk], limit: int | None = None
+    ) -> list[ScoredChunk]:
         entries = _merge(dense, sparse)
+        k = self.k
         fused = {
-            chunk_id: sum(1.0 / (self.k + rank) for rank in (e.dense_rank, e.sparse_rank) if rank is not None)
+            chunk_id: (0.0 if e.dense_rank is None else 1.0 / (k + e.dense_rank))
+            + (0.0 if e.sparse_rank is None else 1.0 / (k + e.sparse_rank))
             for chunk_id, e in entries.items()
         }
-        return _ranked(entries, fused)
+        return _ranked(entries, fused, limit)
 
 
 def min_max_normalise(scores: Sequence[float]) -> list[float]:
@@ -121,7 +136,9 @@ class WeightedFusion:
         self.dense_weight = float(dense_weight)
         self.sparse_weight = float(sparse_weight)
 
-    def fuse(self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk]) -> list[ScoredChunk]:
+    def fuse(
+        self, dense: Sequence[ScoredChunk], sparse: Sequence[ScoredChunk], limit: int | None = None
+    ) -> list[ScoredChunk]:
         entries = _merge(dense, sparse)
         dense_norm = _normalised_by_id(entries, "dense")
         sparse_norm = _normalised_by_id(entries, "sparse")
@@ -130,7 +147,7 @@ class WeightedFusion:
             + self.sparse_weight * sparse_norm.get(chunk_id, 0.0)
             for chunk_id in entries
         }
-        return _ranked(entries, fused)
+        return _ranked(entries, fused, limit)
 
 
 def _normalised_by_id(entries: dict[str, _Entry], stage: str) -> dict[str, float]:

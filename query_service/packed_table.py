@@ -20,7 +20,7 @@ read single entries without one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
@@ -91,6 +91,17 @@ class PackedTable(Generic[V]):
         """The stored value's generation, without unpacking the rest."""
         data = self._rows.get(key)
         return _generation(data) if data is not None else None
+
+    def generations_of(self, keys: Iterable[str]) -> dict[str, str]:
+        """The stored generation of each of `keys` that is stored (a query's visibility check: one
+        loop, no call per key)."""
+        rows = self._rows
+        found: dict[str, str] = {}
+        for key in keys:
+            data = rows.get(key)
+            if data is not None:
+                found[key] = data[_LENGTH : _LENGTH + (data[0] | data[1] << 8)].decode()
+        return found
 
     def __setitem__(self, key: str, value: V) -> None:
         self._rows[key] = _pack(*self._codec.pack(value))

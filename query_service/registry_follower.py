@@ -187,6 +187,8 @@ class RegistryFollower:
         """The generations a query may show of each key, oldest first: the visible one and, while a
         change is incoming, the registry's newer one (see the module docstring)."""
         visible, incoming = self._visible, self._incoming
+        if not incoming:  # nothing being applied (the usual case): the visible generation alone
+            return {key: (generation,) for key, generation in visible.generations_of(keys).items()}
         found: dict[str, tuple[str, ...]] = {}
         for key in keys:
             current, newer = visible.generation(key), incoming.get(key)

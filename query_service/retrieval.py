@@ -123,11 +123,15 @@ class FollowedVisibility:
         self, seen: Mapping[str, Collection[str]], known: Mapping[str, tuple[str, ...]]
     ) -> dict[str, Collection[str]]:
         """The hits' documents and generations the follower cannot place (the registry must say)."""
-        return {
-            key: generations
-            for key, generations in seen.items()
-            if not set(generations) <= set(known.get(key, ())) and (key in known or not self._followed.knows(key))
-        }
+        unplaced: dict[str, Collection[str]] = {}
+        for key, generations in seen.items():
+            accepted = known.get(key)
+            if accepted is None:
+                if not self._followed.knows(key):  # not seen by the follower yet
+                    unplaced[key] = generations
+            elif any(generation not in accepted for generation in generations):  # a generation it does not know
+                unplaced[key] = generations
+        return unplaced
 
     def accepted(self, seen: Mapping[str, Collection[str]]) -> dict[str, tuple[str, ...]]:
         known = self._followed.accepted(seen)
@@ -302,24 +306,23 @@ class RetrievalPipeline:
         """Drops chunks of superseded or unfinished ingestion attempts and deleted documents. While a
         document's replacement is being applied, hits of either version are kept, but of one
         document only the newest version among the hits (never a mix, never neither)."""
-        keyed = [(document_key(hit.chunk.tenant, hit.chunk.document_id), hit.chunk.generation) for hit in dense]
-        keyed += [(document_key(hit.chunk.tenant, hit.chunk.document_id), hit.chunk.generation) for hit in sparse]
+        hits = [*dense, *sparse]
+        keys = [document_key(hit.chunk.tenant, hit.chunk.document_id) for hit in hits]
         seen: dict[str, set[str]] = {}
-        for key, generation in keyed:
-            seen.setdefault(key, set()).add(generation)
+        for key, hit in zip(keys, hits, strict=True):
+            seen.setdefault(key, set()).add(hit.chunk.generation)
         if not seen:
             return dense, sparse
         accepted = self._visibility.accepted_in_memory(seen)  # no thread needed for what the follower holds
         if accepted is None:
             accepted = await self._run(self._visibility.accepted, seen)
-        shown: dict[str, str] = {}
-        for key, generation in keyed:
-            generations = accepted.get(key, ())
-            if generation in generations:
-                best = shown.get(key)
-                if best is None or generations.index(generation) > generations.index(best):
+        shown: dict[str, str] = {}  # of each document, the newest accepted generation among its hits
+        for key, generations in seen.items():
+            for generation in reversed(accepted.get(key, ())):
+                if generation in generations:
                     shown[key] = generation
-        kept = [shown.get(key) == generation for key, generation in keyed]
+                    break
+        kept = [shown.get(key) == hit.chunk.generation for key, hit in zip(keys, hits, strict=True)]
         return (
             [hit for hit, keep in zip(dense, kept, strict=False) if keep],
             [hit for hit, keep in zip(sparse, kept[len(dense) :], strict=True) if keep],
@@ -332,9 +335,23 @@ class RetrievalPipeline:
             return list(dense), "cosine"
         if query.mode == "sparse":
             return list(sparse), "bm25"
+        limit = self._fused_needed(query)
         if query.fusion == "weighted":
-            return WeightedFusion(query.dense_weight, query.sparse_weight).fuse(dense, sparse), "weighted"
-        return RrfFusion(query.rrf_k).fuse(dense, sparse), "rrf"
+            return WeightedFusion(query.dense_weight, query.sparse_weight).fuse(dense, sparse, limit), "weighted"
+        return RrfFusion(query.rrf_k).fuse(dense, sparse, limit), "rrf"
+
+    def _fused_needed(self, query: RetrievalQuery) -> int | None:
+        """How many of the fused ranking's best the later stages can read: the top-k, the reranker's
+        head, the MMR pool (None, all of them, with a minimum score: its filter runs after the rerank,
+        on the reranked head's scores and the rest's fused ones)."""
+        if query.min_score is not None:
+            return None
+        needed = query.top_k
+        if self._reranker is not None and query.rerank:
+            needed = max(needed, self._rerank_top_n)
+        if query.mmr_lambda is not None:
+            needed = max(needed, _mmr_pool(query.top_k))
+        return needed
 
     async def _maybe_rerank(
         self, query: RetrievalQuery, hits: list[ScoredChunk], kind: str, timer: StageTimer
@@ -375,7 +392,7 @@ class RetrievalPipeline:
         return {c.chunk_id: c for c in stored if tenants.get(c.chunk_id) == c.tenant}
 
     async def _diversify(self, query: RetrievalQuery, hits: list[ScoredChunk]) -> list[ScoredChunk]:
-        pool = hits[: max(query.top_k * 4, 20)]
+        pool = hits[: _mmr_pool(query.top_k)]
         stored = await self._rows_of([h.chunk for h in pool], with_vectors=True)
         vectors = {chunk_id: c.vector for chunk_id, c in stored.items()}
         usable = [h for h in pool if vectors.get(h.chunk.chunk_id)]
@@ -395,6 +412,11 @@ class RetrievalPipeline:
         for hit in hits:
             if hit.chunk.parent_id in texts:
                 hit.chunk.parent_text = texts[hit.chunk.parent_id]
+
+
+def _mmr_pool(top_k: int) -> int:
+    """How many of the best hits MMR chooses the top-k from."""
+    return max(top_k * 4, 20)
 
 
 def _embed_attributes(embedder: Embedder, query: RetrievalQuery) -> dict[str, Any]:

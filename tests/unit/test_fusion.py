@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from query_service.fusion import Fusion, RrfFusion, WeightedFusion, min_max_normalise
@@ -98,6 +100,32 @@ def test_empty_lists_and_only_one_list() -> None:
         only_sparse = fusion.fuse([], [hit("a", 2.0), hit("b", 1.0)])
         assert ids(only_sparse) == ["a", "b"]
         assert all(h.scores.dense is None for h in only_sparse)
+
+
+def test_a_limit_returns_the_head_of_the_full_ranking() -> None:
+    """A query reads only its top-k of ~200 fused candidates: with `limit` only the head is built, and it
+    is exactly the unlimited ranking's head (ties by chunk_id included: many candidates share a score)."""
+    rng = random.Random(7)
+    for trial in range(30):
+        pool = [f"c{i:03d}" for i in range(rng.randint(0, 60))]
+        dense = [hit(c, round(rng.random(), 1)) for c in rng.sample(pool, k=min(len(pool), rng.randint(0, 40)))]
+        sparse = [hit(c, round(rng.uniform(0, 20), 0)) for c in rng.sample(pool, k=min(len(pool), rng.randint(0, 40)))]
+        dense.sort(key=lambda h: -h.score)
+        sparse.sort(key=lambda h: -h.score)
+        for fusion in (RrfFusion(k=rng.randint(1, 60)), WeightedFusion(rng.random() + 0.1, rng.random())):
+            full = fusion.fuse(dense, sparse)
+            for limit in (0, 1, 5, len(full) - 1, len(full), len(full) + 3):
+                if limit < 0:
+                    continue
+                head = fusion.fuse(dense, sparse, limit)
+                assert [(h.chunk.chunk_id, h.score, h.scores, h.complete) for h in head] == [
+                    (h.chunk.chunk_id, h.score, h.scores, h.complete) for h in full[:limit]
+                ], (trial, type(fusion).__name__, limit)
+
+
+def test_a_negative_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        RrfFusion().fuse([hit("a", 1.0)], [], -1)
 
 
 def test_inputs_are_not_modified() -> None:

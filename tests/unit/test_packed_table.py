@@ -37,6 +37,9 @@ def test_a_view_comes_back_as_it_was_stored_with_its_generation_readable_alone()
     assert len(table) == 4 and views[0].key in table
     assert dict(table.items()) == {v.key: v for v in views}
     assert table.generations() == {v.key: v.generation for v in views}
+    asked = [views[1].key, "tenant-1/absent", views[2].key, views[1].key]
+    assert table.generations_of(asked) == {views[1].key: views[1].generation, views[2].key: ""}
+    assert table.generations_of([]) == {}
     table.pop(views[0].key)
     table.pop("tenant-1/absent")  # absent: nothing to do
     assert views[0].key not in table and len(table) == 3

@@ -55,6 +55,9 @@ def test_load_pages_through_every_visible_document() -> None:
     follower, recorder = _follower(registry)
     assert follower.load() == 10 and recorder.finished == 1 and len(recorder.loaded) == 10
     assert follower.generations(["t/d3", "t/failed", "t/going", "t/none"]) == {"t/d3": "g1"}
+    # nothing incoming: a query may show the visible generation alone
+    assert follower.lagging == 0
+    assert follower.accepted(["t/d3", "t/failed", "t/none", "t/d4"]) == {"t/d3": ("g1",), "t/d4": ("g1",)}
 
 
 def test_changes_arrive_in_one_batch_per_poll() -> None:

@@ -113,3 +113,62 @@ async def test_sparse_mode_without_backend_is_refused() -> None:
     query = build_query(settings, embedder, chunks, registry)
     with pytest.raises(errors.PreconditionError):
         await query.retrieval.retrieve(q("ducks", mode="sparse"))
+
+
+class RecordingReranker:
+    """Reverses the head it is given (so the fused rest matters) and records how many it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def rerank(self, query: str, hits, top_n: int):  # type: ignore[no-untyped-def]
+        self.seen.append(len(hits))
+        return [dataclasses.replace(h, score=float(i)) for i, h in enumerate(hits)][::-1]
+
+
+@pytest.fixture
+async def many() -> tuple:  # type: ignore[type-arg]
+    """40 documents that all match "ducks" (the fused ranking is longer than any head a query reads)."""
+    chunks, registry, embedder = InMemoryChunkStore(), InMemoryDocumentRegistry(), HashingEmbedder()
+    settings = dataclasses.replace(Settings(), workers=2, sparse_backend="rank_bm25", rerank_top_n=12)
+    ingest = build_ingest(settings, embedder, chunks, registry)
+    for i in range(40):
+        await add(ingest, "a", f"d{i:02d}", f"Ducks number {i} paddle {'quietly ' * (i % 7)}on pond {i % 5}.")
+    reranker = RecordingReranker()
+    query = build_query(settings, embedder, chunks, registry, reranker=reranker)
+    query.follower.poll()
+    plain = build_query(settings, embedder, chunks, registry)
+    plain.follower.poll()
+    return query, reranker, plain
+
+
+async def test_the_reranker_gets_its_whole_head_whatever_the_top_k(many) -> None:  # type: ignore[no-untyped-def]
+    query, reranker, plain = many
+    fused = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=40))
+    assert len(fused.hits) == 40
+    result = await query.retrieval.retrieve(q("ducks paddle pond", top_k=3))
+    assert reranker.seen == [12] and result.reranked
+    # the reversed head of 12: the fused 12th first
+    assert [h.chunk.chunk_id for h in result.hits] == [h.chunk.chunk_id for h in fused.hits[:12][::-1][:3]]
+    wide = await query.retrieval.retrieve(q("ducks paddle pond", top_k=20))  # past the head: the fused rest
+    assert [h.chunk.chunk_id for h in wide.hits[12:]] == [h.chunk.chunk_id for h in fused.hits[12:20]]
+
+
+async def test_mmr_chooses_from_its_whole_pool_in_hybrid(many) -> None:  # type: ignore[no-untyped-def]
+    _, _, plain = many
+    fused = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=40))
+    diverse = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=2, mmr_lambda=0.0))
+    pool = {h.chunk.chunk_id for h in fused.hits[:20]}  # max(4 * top_k, 20)
+    assert len(diverse.hits) == 2 and {h.chunk.chunk_id for h in diverse.hits} <= pool
+    # lambda 0 is diversity alone: after the first, the pool's least similar to it, not the fused 2nd
+    assert diverse.hits[1].chunk.chunk_id != fused.hits[1].chunk.chunk_id
+
+
+async def test_a_minimum_score_filters_the_whole_ranking(many) -> None:  # type: ignore[no-untyped-def]
+    _, _, plain = many
+    fused = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=40))
+    threshold = fused.hits[5].score
+    result = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=3, min_score=threshold))
+    assert [h.chunk.chunk_id for h in result.hits] == [h.chunk.chunk_id for h in fused.hits[:3]]
+    everything = await plain.retrieval.retrieve(q("ducks paddle pond", top_k=40, min_score=fused.hits[-1].score))
+    assert len(everything.hits) == 40
