@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from ingest_service.app import build_components, run_recovery, start_document_workers, start_ingest_server
-from ingest_service.writer_lease import WriterLease
+from ingest_service.writer_lease import WriterLease, keep_renewed
 from ragrpc.config import Settings
 from ragrpc.embeddings import embedder_from_settings
 from ragrpc.logging_setup import configure_logging
@@ -31,11 +31,10 @@ def lease_renewal(lease: WriterLease, metrics: Metrics) -> SupervisedLoop:
 
 
 async def keep_lease(lease: WriterLease, renewal: SupervisedLoop, running: RunningServer) -> None:
-    """Renews the lease until it is lost; then health turns NOT_SERVING for good (the lifecycle
-    refuses every write from then on)."""
-    while not lease.lost_reason:
-        await asyncio.sleep(renewal.next_delay())
-        await renewal.run_once()
+    """Renews the lease until it is lost (at each interval, and at once when a write was refused for
+    want of a renewal); then health turns NOT_SERVING for good (the lifecycle refuses every write
+    from then on)."""
+    await keep_renewed(lease, renewal)
     await running.set_not_serving()
 
 

@@ -18,7 +18,9 @@ Fencing: every write call to the store (chunks and registry) goes through `Fence
 `FencedRegistry`, which call `check()` first, not only the lifecycle's transitions. `check()`
 honours expiry by this process's clock: once fewer than `margin_s` seconds (ttl/3 by default)
 are left before the held lease expires, writes are refused (UNAVAILABLE, WRITER_LEASE_EXPIRED)
-until a renewal extends it. A holder that was paused or cut off from the store therefore stops
+until a renewal extends it. A refused write asks for that renewal at once (`keep_renewed`), so a
+service whose store came back after an outage writes again within a second or so, not at the
+renewal loop's next turn (up to ttl/3 later). A holder that was paused or cut off from the store therefore stops
 writing before another process may take the lease over (which needs the lease expired by its
 own clock), and never overwrites what the next holder's recovery and writes put in place; the
 margin covers the time a write takes to reach the store and the clocks' disagreement.
@@ -31,6 +33,7 @@ to well within the ttl.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -44,6 +47,7 @@ from ragrpc import errors
 from ragrpc.models import ChunkRecord, DocumentRecord, IngestJobRecord, WriterLeaseRecord
 from ragrpc.store.base import ChunkStore, DocumentRegistry
 from ragrpc.store.filters import FilterExpr
+from ragrpc.supervised import SupervisedLoop
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ class WriterLease:
         self.holder = f"{self._host}:{self._pid}:{uuid.uuid4().hex[:8]}"
         self._held: WriterLeaseRecord | None = None
         self.lost_reason = ""
+        self._on_refused: Callable[[], None] | None = None  # a write was refused for want of a renewal
 
     @property
     def held(self) -> bool:
@@ -197,13 +202,21 @@ class WriterLease:
             )
         left = held.expires_at - self._clock()
         if left <= self.margin_s:
+            wanted = self._on_refused
+            if wanted is not None:
+                wanted()  # renew now: the write's retry (RetryInfo) finds the lease renewed if the store answers
             raise errors.UnavailableError(
                 f"the writer lease was last renewed {max(0.0, self._clock() - held.renewed_at):.0f}s ago and "
                 f"{'expired' if left <= 0 else 'is about to expire'}; writes wait for its renewal (is the store "
                 "reachable?); retry shortly",
-                retry_after_s=max(1.0, self.ttl_s / 3),
+                retry_after_s=1.0 if wanted is not None else max(1.0, self.ttl_s / 3),
                 reason="WRITER_LEASE_EXPIRED",
             )
+
+    def when_refused(self, callback: Callable[[], None] | None) -> None:
+        """`callback` (any thread, must not block) is called when `check()` refuses a write because the
+        lease is not renewed: the renewal loop's cue to renew at once (None: no cue)."""
+        self._on_refused = callback
 
     def release(self) -> None:
         """At a clean shutdown: the next ingest service may take the lease at once."""
@@ -214,6 +227,39 @@ class WriterLease:
             self._held.expires_at = 0.0
             self._registry.write_lease(self._held)
         self._held = None
+
+
+async def keep_renewed(
+    lease: WriterLease, renewal: SupervisedLoop, *, min_gap_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Renews the lease with `renewal` (a SupervisedLoop of `lease.renew`) every interval, backing off
+    after failures, and at once when a write was refused for want of a renewal (at most one renewal
+    in `min_gap_s`: writes refused while the store is still down do not turn into a stream of store
+    calls). Returns when the lease is lost."""
+    loop = asyncio.get_running_loop()
+    wanted = asyncio.Event()
+
+    def cue() -> None:  # from a store thread
+        try:
+            loop.call_soon_threadsafe(wanted.set)
+        except RuntimeError:  # the loop is closed: the service is stopping
+            pass
+
+    lease.when_refused(cue)
+    try:
+        last = float("-inf")
+        while not lease.lost_reason:
+            try:
+                async with asyncio.timeout(renewal.next_delay()):
+                    await wanted.wait()
+                await asyncio.sleep(max(0.0, last + min_gap_s - clock()))  # a cue: at most one renewal a gap
+            except TimeoutError:
+                pass  # the loop's own turn
+            wanted.clear()
+            await renewal.run_once()
+            last = clock()
+    finally:
+        lease.when_refused(None)
 
 
 class FencedChunkStore:

@@ -172,9 +172,9 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
         ),
         120,
     )
-    # The writer lease is renewed a few seconds after an earlier test's outage (its renewal retries within a
-    # third of the ttl) and writes wait for it: wait until a write goes through. The upload of ducks above
-    # changes nothing (the same bytes again) and needs no lease.
+    # After an earlier test's outage writes wait for the writer lease's renewal (a refused write asks for it at
+    # once, and says retry in a second): wait until a write goes through. The upload of ducks above changes
+    # nothing (the same bytes again) and needs no lease.
     wait_until_ok(
         lambda: upload(
             stack.ingest.address,
@@ -241,7 +241,7 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
             break
         time.sleep(2.0)
     # The re-upload retries UNAVAILABLE as the client library does: writes wait until the writer lease has
-    # been renewed after the outage (its renewal retries within a third of the ttl).
+    # been renewed after the outage (the first refused write asks for the renewal at once).
     refused: list[str] = []
     retried_since = time.monotonic()
     while True:

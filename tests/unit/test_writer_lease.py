@@ -5,16 +5,19 @@ writes without it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 
 import pytest
 
 from ingest_service.app import build_components
 from ingest_service.requests import DocumentSpecInput, IngestItem
-from ingest_service.writer_lease import WriterLease
+from ingest_service.writer_lease import WriterLease, keep_renewed
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.models import WriterLeaseRecord
+from ragrpc.supervised import SupervisedLoop
 from ragrpc.testing import HashingEmbedder, InMemoryChunkStore, InMemoryDocumentRegistry
 
 
@@ -124,3 +127,84 @@ async def test_the_lifecycle_refuses_writes_once_the_lease_is_lost() -> None:
         await app.documents.delete("t1", "d1")
     assert registry.get("t1", "d1").content_hash  # the first version is untouched
     app.shutdown()
+
+
+class Outage(InMemoryDocumentRegistry):
+    """The registry with its lease row's reads and writes failing while `down`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.lease_writes = 0
+
+    def read_lease(self):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise errors.UnavailableError("the store is down")
+        return super().read_lease()
+
+    def write_lease(self, lease: WriterLeaseRecord) -> None:
+        if self.down:
+            raise errors.UnavailableError("the store is down")
+        self.lease_writes += 1
+        super().write_lease(lease)
+
+
+def test_a_refused_write_asks_for_a_renewal_and_says_retry_in_a_second() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    held = lease(registry, clock)
+    held.acquire()
+    clock.now += 21  # within the margin (10 s) of the expiry: writes wait for a renewal
+    with pytest.raises(errors.UnavailableError) as refused:
+        held.check()
+    assert refused.value.retry_after_s == 10.0  # no renewal loop listening: its next turn, ttl/3
+    cues: list[int] = []
+    held.when_refused(lambda: cues.append(1))
+    with pytest.raises(errors.UnavailableError) as refused:
+        held.check()
+    assert refused.value.reason == "WRITER_LEASE_EXPIRED" and refused.value.retry_after_s == 1.0 and cues == [1]
+    held.renew()
+    held.check()  # renewed: writes go through, no cue
+    assert cues == [1]
+
+
+async def test_after_an_outage_the_first_refused_write_gets_the_lease_renewed_at_once() -> None:
+    registry, clock = Outage(), Clock()
+    held = lease(registry, clock)
+    held.acquire()
+    renewal = SupervisedLoop("writer-lease", held.renew, interval_s=3600, max_backoff_s=3600)  # never on its own
+    keeper = asyncio.create_task(keep_renewed(held, renewal, min_gap_s=0.2))
+    try:
+        registry.down = True
+        clock.now += 25  # the store was down past the renewals: writes are refused
+        writes_before = registry.lease_writes
+        for _ in range(50):  # a burst of refused writes while the store is still down
+            with pytest.raises(errors.UnavailableError):
+                await asyncio.to_thread(held.check)
+        await asyncio.sleep(0.5)
+        assert 1 <= renewal.failures <= 4, "cued renewals are spaced (min_gap_s), not one per refused write"
+        registry.down = False  # the store is back
+        with pytest.raises(errors.UnavailableError) as refused:
+            await asyncio.to_thread(held.check)  # the first write after it is refused, and cues a renewal
+        assert refused.value.retry_after_s == 1.0
+        for _ in range(100):
+            if registry.lease_writes > writes_before:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(held.check)  # its retry a second later goes through
+        assert registry.lease_writes == writes_before + 1
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+    assert held._on_refused is None  # noqa: SLF001 - the cue is taken back when the loop ends
+
+
+async def test_the_renewal_loop_ends_when_the_lease_is_lost() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    held = lease(registry, clock, host="node-1", pid=11)
+    held.acquire()
+    clock.now += 31
+    lease(registry, clock, host="node-2", pid=22).acquire()  # took it over
+    renewal = SupervisedLoop("writer-lease", held.renew, interval_s=0.01)
+    await asyncio.wait_for(keep_renewed(held, renewal), timeout=5)
+    assert "node-2" in held.lost_reason
