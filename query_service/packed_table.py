@@ -94,13 +94,13 @@ class PackedTable(Generic[V]):
 
     def generations_of(self, keys: Iterable[str]) -> dict[str, str]:
         """The stored generation of each of `keys` that is stored (a query's visibility check: one
-        loop, no call per key)."""
+        loop over the rows, no method call per key)."""
         rows = self._rows
         found: dict[str, str] = {}
         for key in keys:
             data = rows.get(key)
             if data is not None:
-                found[key] = data[_LENGTH : _LENGTH + (data[0] | data[1] << 8)].decode()
+                found[key] = _generation(data)
         return found
 
     def __setitem__(self, key: str, value: V) -> None:
