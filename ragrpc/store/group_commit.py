@@ -4,7 +4,8 @@ The writer runs one mutating call at a time (see `MilvusConnection`). Ingestion 
 small writes (a registry upsert of one row, an insert of a document's few chunks), and each
 call costs milvus-lite and the client a fixed few milliseconds besides its rows. So while a
 write runs, the writes of the same kind to the same collection that arrive behind it wait in
-a queue, and the next writer to take the lock sends all of them in one call.
+a queue, and the next call sends all of them: `write` relays the calls (see `relay`), one
+of the waiting callers makes them, the oldest queued write's group first.
 
 Each caller still returns only after its own rows are written, so the order of one document's
 writes (registry marker, chunks, registry switch) is unchanged, and a crash between calls
@@ -16,50 +17,119 @@ bad row fails only its own caller.
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from ragrpc.store.relay import Queued, Relay
 
 Row = dict[str, Any]
 GroupKey = tuple[str, str]  # (operation, collection)
 
 
-@dataclass
-class PendingWrite:
+@dataclass(eq=False)
+class PendingWrite(Queued):
     rows: list[Row]
     keys: frozenset[Any]
-    done: bool = False
-    error: BaseException | None = None
+    write: Callable[[list[Row]], object] | None = None  # the call that writes rows of its group
 
 
 class WriteGroups:
     """The queues of pending row writes, one per (operation, collection).
 
-    `enqueue` adds a caller's rows; the writer (holding the writer lock) calls `take` for the
-    group to send next and `settle` once the call returned."""
+    `write` queues a caller's rows and returns once they are written. Underneath, `enqueue` adds
+    them, and the caller serving the queues (holding the writer lock) calls `take` for the group
+    to send next and `send` to make the call."""
 
     def __init__(self, max_rows: int = 512) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self._max_rows = max_rows
-        self._queues: dict[GroupKey, deque[PendingWrite]] = defaultdict(deque)
-        self._lock = threading.Lock()
+        self._queues: dict[GroupKey, deque[PendingWrite]] = {}
+        self._relay = Relay()
+        self._lock = self._relay.lock  # the queues and the serving role, together
         self.calls = 0  # store calls made
         self.writes = 0  # callers' writes they carried
 
-    def enqueue(self, group: GroupKey, rows: list[Row], key_field: str) -> PendingWrite:
-        pending = PendingWrite(rows=rows, keys=frozenset(row[key_field] for row in rows))
+    def enqueue(
+        self,
+        group: GroupKey,
+        rows: list[Row],
+        key_field: str,
+        write: Callable[[list[Row]], object] | None = None,
+    ) -> PendingWrite:
+        pending = PendingWrite(rows=rows, keys=frozenset(row[key_field] for row in rows), write=write)
         with self._lock:
-            self._queues[group].append(pending)
+            self._relay.arrived(pending)
+            self._queues.setdefault(group, deque()).append(pending)
         return pending
+
+    def write(
+        self,
+        group: GroupKey,
+        rows: list[Row],
+        key_field: str,
+        write: Callable[[list[Row]], object],
+        retry_alone: Callable[[BaseException], bool],
+        writer_lock: AbstractContextManager[Any],
+        linger: Callable[[], None] | None = None,
+    ) -> None:
+        """Writes the rows with `write(rows)` (the group's call; it gets the rows of every write
+        queued with them), one call at a time under `writer_lock`; raises this caller's error.
+        `linger`, when given, runs once the rows are queued, before they compete for a call."""
+        pending = self.enqueue(group, rows, key_field, write)
+        if linger is not None:
+            linger()
+        self._relay.serve(pending, lambda: self._serve_next(retry_alone, writer_lock), self._oldest)
+        if pending.error is not None:
+            raise pending.error
+
+    def waiting(self, group: GroupKey) -> int:
+        """Writes of the group queued and not yet taken by a call."""
+        with self._lock:
+            return len(self._queues.get(group, ()))
+
+    def _oldest_group(self) -> GroupKey | None:
+        """The group of the write queued first (call under the lock)."""
+        heads = [(queue[0].seq, group) for group, queue in self._queues.items()]
+        return min(heads)[1] if heads else None
+
+    def _oldest(self) -> PendingWrite | None:
+        group = self._oldest_group()
+        return self._queues[group][0] if group is not None else None
+
+    def _serve_next(
+        self, retry_alone: Callable[[BaseException], bool], writer_lock: AbstractContextManager[Any]
+    ) -> None:
+        with self._lock:
+            group = self._oldest_group()
+        if group is None:
+            raise RuntimeError("group commit: a write is neither queued nor written")
+        with writer_lock:
+            batch = self.take(group)
+            if not batch:
+                return
+            write = batch[0].write
+            assert write is not None, "a relayed write names its call"
+            try:
+                self.send(batch, write, retry_alone)
+            except BaseException as exc:  # not an Exception (the interpreter is stopping): still answer each caller
+                for pending in batch:
+                    if not pending.done:
+                        pending.error, pending.done = exc, True
+                raise
+            finally:
+                Relay.settled(batch)
 
     def take(self, group: GroupKey) -> list[PendingWrite]:
         """The writes at the head of the group's queue that go in one call: at least one, then
         more while the rows stay within max_rows and no primary key repeats."""
         with self._lock:
-            queue = self._queues[group]
+            queue = self._queues.get(group)
+            if queue is None:
+                return []
             taken: list[PendingWrite] = []
             rows = 0
             keys: set[Any] = set()

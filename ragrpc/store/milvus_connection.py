@@ -280,8 +280,6 @@ class MilvusConnection:
         if not rows:
             return
         group = (operation, collection)
-        pending = self.write_groups.enqueue(group, rows, key_field)
-        self._linger.wait(group)
 
         def write(merged: list[dict[str, Any]]) -> object:
             keys = [row[key_field] for row in merged]
@@ -291,12 +289,15 @@ class MilvusConnection:
                 )
             return self._recorded(collection, keys, lambda: self._insert_once(collection, merged, key_field))
 
-        with self._write_lock:
-            while not pending.done:
-                batch = self.write_groups.take(group)
-                self.write_groups.send(batch, write, retry_alone=lambda exc: not is_unavailable(exc))
-        if pending.error is not None:
-            raise pending.error
+        self.write_groups.write(
+            group,
+            rows,
+            key_field,
+            write,
+            retry_alone=lambda exc: not is_unavailable(exc),
+            writer_lock=self._write_lock,
+            linger=lambda: self._linger.wait(group),
+        )
 
     def _insert_once(self, collection: str, rows: list[dict[str, Any]], key_field: str) -> object:
         """An insert that is never applied twice: when the server was unavailable (the insert may

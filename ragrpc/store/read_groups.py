@@ -5,7 +5,8 @@ Ingestion reads the registry row of every document before it starts (one `get` b
 key). Documents start in bursts (the documents of one model call finish together and free
 their slots at once), and each call costs milvus-lite and the client a fixed few
 milliseconds besides its rows. So one read per collection runs at a time, the reads that
-arrive meanwhile wait, and the next of them to run fetches every waiting key in one call.
+arrive meanwhile wait, and the next call fetches every waiting key at once (made by one of the
+waiting callers, see `relay`).
 
 A read still returns only rows written before it was asked for (its keys are fetched by a
 call that starts after it queued). If a merged call fails for a reason other than the store
@@ -16,20 +17,31 @@ only its own caller.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragrpc.store.relay import Queued, Relay
+
 Row = dict[str, Any]
 
 
-@dataclass
-class PendingRead:
+@dataclass(eq=False)
+class PendingRead(Queued):
     keys: list[Hashable]
     rows: list[Row] = field(default_factory=list)
-    done: bool = False
-    error: BaseException | None = None
+
+
+class _CollectionReads:
+    """The waiting reads of one collection and the relay that serves them (see `relay`)."""
+
+    def __init__(self) -> None:
+        self.relay = Relay()
+        self.waiting: deque[PendingRead] = deque()
+
+    def oldest(self) -> PendingRead | None:
+        return self.waiting[0] if self.waiting else None
 
 
 class ReadGroups:
@@ -39,11 +51,17 @@ class ReadGroups:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
         self._max_keys = max_keys
-        self._queues: dict[str, deque[PendingRead]] = defaultdict(deque)
-        self._readers: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._collections: dict[str, _CollectionReads] = {}
         self._lock = threading.Lock()
         self.calls = 0  # store calls made
         self.reads = 0  # callers' reads they carried
+
+    def _of(self, collection: str) -> _CollectionReads:
+        with self._lock:
+            reads = self._collections.get(collection)
+            if reads is None:
+                reads = self._collections[collection] = _CollectionReads()
+            return reads
 
     def get(
         self,
@@ -59,29 +77,47 @@ class ReadGroups:
         once the read is queued, before it competes for the call (reads arriving meanwhile join it)."""
         if not keys:
             return []
-        pending = PendingRead(list(keys))
-        with self._lock:
-            self._queues[collection].append(pending)
-            reader = self._readers[collection]
+        pending = PendingRead(keys=list(keys))
+        reads = self._of(collection)
+        with reads.relay.lock:
+            reads.relay.arrived(pending)
+            reads.waiting.append(pending)
         if linger is not None:
             linger()
-        with reader:
-            while not pending.done:
-                self._send(self._take(collection), fetch, key_of, retry_alone)
+        reads.relay.serve(pending, lambda: self._serve_next(reads, fetch, key_of, retry_alone), reads.oldest)
         if pending.error is not None:
             raise pending.error
         return pending.rows
 
     def waiting(self, collection: str) -> int:
         """Reads of the collection queued and not yet taken by a call."""
-        with self._lock:
-            return len(self._queues.get(collection, ()))
+        reads = self._of(collection)
+        with reads.relay.lock:
+            return len(reads.waiting)
 
-    def _take(self, collection: str) -> list[PendingRead]:
+    def _serve_next(
+        self,
+        reads: _CollectionReads,
+        fetch: Callable[[list[Hashable]], list[Row]],
+        key_of: Callable[[Row], Hashable],
+        retry_alone: Callable[[BaseException], bool],
+    ) -> None:
+        batch = self._take(reads)
+        try:
+            self._send(batch, fetch, key_of, retry_alone)
+        except BaseException as exc:  # not an Exception (the interpreter is stopping): still answer each caller
+            for pending in batch:
+                if not pending.done:
+                    pending.error, pending.done = exc, True
+            raise
+        finally:
+            Relay.settled(batch)
+
+    def _take(self, reads: _CollectionReads) -> list[PendingRead]:
         """The waiting reads at the head of the queue: at least one, then more while the keys
         stay within max_keys."""
-        with self._lock:
-            queue = self._queues[collection]
+        with reads.relay.lock:
+            queue = reads.waiting
             taken = [queue.popleft()]
             keys = len(taken[0].keys)
             while queue and keys + len(queue[0].keys) <= self._max_keys:
