@@ -178,3 +178,62 @@ async def test_shutdown_rolls_back_a_document_in_a_worker_and_stops_every_worker
     assert record is not None and record.state == DocumentState.FAILED and "stopped" in record.error
     await _until(lambda: not _alive(busy), 5)
     assert app.workers.worker_pids() == []
+
+
+# ---- the next document waits in the worker's pipe (a slot sends it while the worker prepares one) ----
+
+
+async def _in_the_pipe(app: IngestComponents) -> None:
+    """Waits until nothing is queued for the (one) worker: what was submitted went into its pipe."""
+    await _until(lambda: app.workers._jobs.empty())  # noqa: SLF001
+    await asyncio.sleep(0.2)
+
+
+async def test_a_document_waiting_in_the_pipe_of_a_killed_worker_goes_to_the_new_one_without_a_retry(
+    app,  # type: ignore[no-untyped-def]
+    tmp_path,
+    caplog,
+) -> None:
+    head = asyncio.create_task(app.pipeline.ingest(_item(f"Herons STALL {tmp_path} wade.", "head")))
+    await _until((tmp_path / "started").exists)
+    first = int((tmp_path / "started").read_text())
+    follower = asyncio.create_task(app.pipeline.ingest(_item("Swans glide on the lake.", "follower")))
+    await _in_the_pipe(app)
+    os.kill(first, signal.SIGKILL)  # the head dies mid-document; the follower had not started
+    head_outcome, follower_outcome = await asyncio.wait_for(asyncio.gather(head, follower), 30)
+    assert head_outcome.record.state == follower_outcome.record.state == DocumentState.ACTIVE
+    assert int(follower_outcome.record.metadata["prepared_by"]) != first and app.workers.replaced == 1
+    retried = [r.getMessage() for r in caplog.records if "once more" in r.getMessage()]
+    assert len(retried) == 1 and "'head'" in retried[0]  # the head's one retry; the follower was not retried
+
+
+async def test_a_delete_of_the_document_being_prepared_sends_the_one_behind_it_to_the_new_worker(
+    app,  # type: ignore[no-untyped-def]
+    caplog,
+) -> None:
+    await asyncio.to_thread(app.workers.start)
+    (busy,) = app.workers.worker_pids()
+    hung = asyncio.create_task(app.pipeline.ingest(_item("Herons HANG forever.", "deleted")))
+    await _until(lambda: app.lifecycle.busy("t1", "deleted"))
+    follower = asyncio.create_task(app.pipeline.ingest(_item("Swans glide on the lake.", "follower")))
+    await _in_the_pipe(app)
+    await app.documents.delete("t1", "deleted")
+    with pytest.raises(errors.AbortedError):
+        await asyncio.wait_for(hung, 10)
+    outcome = await asyncio.wait_for(follower, 20)
+    assert outcome.record.state == DocumentState.ACTIVE and int(outcome.record.metadata["prepared_by"]) != busy
+    assert not [r for r in caplog.records if "once more" in r.getMessage()]
+
+
+async def test_a_large_document_waits_for_an_empty_pipe_so_neither_side_blocks_on_a_full_one(app, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The head's answers (hundreds of chunks) and the follower's bytes are each larger than a socket's
+    # buffer: had the follower been sent while the worker stalls, the service would block sending it
+    # while the worker blocks sending the head's answers.
+    words = " ".join(f"word{i}" for i in range(120_000))
+    head = asyncio.create_task(app.pipeline.ingest(_item(f"Herons STALL {tmp_path} wade. {words}", "head")))
+    await _until((tmp_path / "started").exists)
+    follower = asyncio.create_task(app.pipeline.ingest(_item(f"Swans glide. {words} {words}", "large")))
+    await _in_the_pipe(app)
+    (tmp_path / "go").write_text("")
+    head_outcome, large = await asyncio.wait_for(asyncio.gather(head, follower), 60)
+    assert head_outcome.chunks_written > 100 and large.record.state == DocumentState.ACTIVE
