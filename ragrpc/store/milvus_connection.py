@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ragrpc import errors
 from ragrpc.security import is_loopback
-from ragrpc.store.column_insert import ColumnInserts
+from ragrpc.store.column_writes import ColumnWrites
 from ragrpc.store.failures import Failure, classify, is_unavailable
 from ragrpc.store.group_commit import WriteGroups
 from ragrpc.store.key_write_times import KeyWriteTimes
@@ -137,7 +137,7 @@ class MilvusConnection:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.write_groups = WriteGroups(max_rows=write_group_rows)
-        self.column_inserts = ColumnInserts()  # inserts packed column by column
+        self.column_writes = ColumnWrites()  # inserts and upserts packed column by column
         self.read_groups = ReadGroups(max_keys=write_group_rows)
         self._linger = GroupLinger(group_linger_s)
         self._keep_loaded: set[str] = set()
@@ -177,7 +177,7 @@ class MilvusConnection:
         """Drops the client so the next call reconnects."""
         with self._lock:
             client, self._client = self._client, None
-        self.column_inserts.forget()
+        self.column_writes.forget()
         if client is not None:
             try:
                 client.close()
@@ -288,7 +288,9 @@ class MilvusConnection:
             keys = [row[key_field] for row in merged]
             if operation == "upsert":  # idempotent: repeated as it is
                 return self._recorded(
-                    collection, keys, lambda: self._write_locked(lambda c: c.upsert(collection, merged))
+                    collection,
+                    keys,
+                    lambda: self._write_locked(lambda c: self.column_writes.upsert(c, collection, merged)),
                 )
             return self._recorded(collection, keys, lambda: self._insert_once(collection, merged, key_field))
 
@@ -323,13 +325,13 @@ class MilvusConnection:
                     len(left),
                     len(rows),
                 )
-            return self._call_loaded(lambda c: self.column_inserts.insert(c, collection, left)) if left else None
+            return self._call_loaded(lambda c: self.column_writes.insert(c, collection, left)) if left else None
 
         now = time.monotonic()
         self.last_write_at = now
         if self.unflushed_since is None:
             self.unflushed_since = now
-        return self.call(lambda c: self.column_inserts.insert(c, collection, rows), repeat=missing_rows)
+        return self.call(lambda c: self.column_writes.insert(c, collection, rows), repeat=missing_rows)
 
     def get_rows(
         self, collection: str, keys: list[Any], output_fields: list[str], key_field: str

@@ -142,7 +142,8 @@ def send_corpus(address: str, requests: Iterator[ingest_pb2.IngestDocumentsReque
 def store_insert_rate(settings: Settings, rows_wanted: int, store_pid: int) -> dict[str, float]:
     """The store's own insert rate: the chunks the service wrote, read back with their vectors and
     analysed terms, as rows under new ids, inserted into a fresh collection by one client in calls of
-    RAW_CALL_ROWS; timed from the first insert to the last reply (the rows are built first)."""
+    RAW_CALL_ROWS, packed column by column as the service sends them; timed from the first insert to
+    the last reply (the rows are built first)."""
     source = open_milvus_stores(settings, model_id=MODEL, dimension=DIMENSION, provider="openai", writer=False)
     chunks = [c for page in source.chunks.scan_chunks(f.eq(s.COLLECTION, COLLECTION), with_vectors=True) for c in page]
     source.connection.reset()
@@ -156,8 +157,8 @@ def store_insert_rate(settings: Settings, rows_wanted: int, store_pid: int) -> d
         client = target.connection.client()
         store_cpu, cpu = tree_cpu_seconds(store_pid), time.process_time()
         started = time.perf_counter()
-        for start in range(0, len(rows), RAW_CALL_ROWS):
-            client.insert(name, rows[start : start + RAW_CALL_ROWS])
+        for start in range(0, len(rows), RAW_CALL_ROWS):  # packed as the service packs them (column_writes)
+            target.connection.column_writes.insert(client, name, rows[start : start + RAW_CALL_ROWS])
         seconds = time.perf_counter() - started
         client_cpu, store_cpu = time.process_time() - cpu, tree_cpu_seconds(store_pid) - store_cpu
     finally:

@@ -175,6 +175,10 @@ def test_concurrent_writes_are_group_committed(milvus_settings: Settings, real_e
     assert set(states.values()) == {DocumentState.ACTIVE} and len(states) == 23
     groups = stores.connection.write_groups
     assert groups.writes == 24 * 3 - 1 and groups.calls < groups.writes
+    # registry upserts and chunk inserts went to pymilvus' column path (ragrpc.store.column_writes)
+    # (all but the calls that carried doc-7's refused rows: merged with others, then alone; or alone only)
+    columns = stores.connection.column_writes
+    assert groups.calls - 2 <= columns.calls <= groups.calls - 1 and not columns.by_rows
 
     # Registry reads of the 24 documents (and 8 that do not exist) at once: each reader gets its own
     # record, read after the writes above, and the reads share calls.

@@ -197,7 +197,7 @@ def test_on_milvus_lite_a_lost_insert_reply_does_not_duplicate_chunks(milvus_set
     settings = dataclasses.replace(milvus_settings)
     stores = open_milvus_stores(settings, model_id=embedder.model_id, dimension=embedder.dimension, writer=True)
     connection = stores.connection
-    real_insert = connection.column_inserts.insert  # the connection's insert call (column by column)
+    real_insert = connection.column_writes.insert  # the connection's insert call (column by column)
     lost = {"done": False}
 
     def insert_then_lose_the_reply(milvus: Any, collection: str, rows: list[dict[str, Any]]) -> Any:
@@ -207,7 +207,7 @@ def test_on_milvus_lite_a_lost_insert_reply_does_not_duplicate_chunks(milvus_set
             raise StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
         return result
 
-    connection.column_inserts.insert = insert_then_lose_the_reply  # type: ignore[method-assign]
+    connection.column_writes.insert = insert_then_lose_the_reply  # type: ignore[method-assign]
     connection.reset = lambda: None  # keep the patched client for the repeat
     texts = [f"chunk {i} of the ledger" for i in range(40)]
     vectors = embedder.embed_documents(texts)
@@ -219,4 +219,4 @@ def test_on_milvus_lite_a_lost_insert_reply_does_not_duplicate_chunks(milvus_set
     assert lost["done"]
     stored = stores.chunks.count_chunks(f.eq(s.TENANT, chunks[0].tenant))
     assert stored == 40
-    assert not connection.column_inserts.by_rows  # the column path ran, not pymilvus' row insert
+    assert not connection.column_writes.by_rows  # the column path ran, not pymilvus' row insert

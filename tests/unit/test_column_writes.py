@@ -1,6 +1,6 @@
-"""ColumnInserts (ragrpc.store.column_insert): rows go to pymilvus' column path with the collection's
-schema, described once and dropped after a failed insert; rows of other shapes, a field the schema
-lacks, or a client without the column path go as rows. (The round trip through a real milvus-lite
+"""ColumnWrites (ragrpc.store.column_writes): inserted and upserted rows go to pymilvus' column path
+with the collection's schema, described once and dropped after a failed write; rows of other shapes,
+a field the schema lacks, or a client without the column path go as rows. (The round trip through a real milvus-lite
 server is in tests/integration: test_store_contract, test_store_failures.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ragrpc.store.column_insert import ColumnInserts
+from ragrpc.store.column_writes import ColumnWrites
 
 SCHEMA = {"fields": [{"name": "id", "type": 21}, {"name": "n", "type": 5}, {"name": "v", "type": 101}]}
 
@@ -25,6 +25,10 @@ class Connection:
             raise RuntimeError("collection not found")
         self.batches.append((collection, entities, kwargs))
         return "columns"
+
+    def upsert(self, collection: str, entities: list[dict[str, Any]], **kwargs: Any) -> str:
+        self.batches.append((collection, entities, {"upsert": True, **kwargs}))
+        return "upserted columns"
 
 
 class Client:
@@ -49,13 +53,17 @@ class Client:
         self.row_inserts.append(rows)
         return "rows"
 
+    def upsert(self, collection: str, rows: list[dict[str, Any]]) -> str:
+        self.row_inserts.append(rows)
+        return "upserted rows"
+
 
 def _rows(n: int) -> list[dict[str, Any]]:
     return [{"id": f"r{i}", "n": i, "v": [float(i), 0.5]} for i in range(n)]
 
 
 def test_rows_go_as_columns_with_the_schema_described_once() -> None:
-    inserts, client = ColumnInserts(), Client()
+    inserts, client = ColumnWrites(), Client()
     assert inserts.insert(client, "chunks", _rows(3)) == "columns"
     assert inserts.insert(client, "chunks", _rows(2)) == "columns"
     assert client.described == ["chunks"] and client.row_inserts == []
@@ -69,7 +77,7 @@ def test_rows_go_as_columns_with_the_schema_described_once() -> None:
 
 
 def test_a_failed_insert_drops_the_schema_so_the_next_one_describes_the_collection_again() -> None:
-    inserts, client = ColumnInserts(), Client()
+    inserts, client = ColumnWrites(), Client()
     inserts.insert(client, "chunks", _rows(1))
     client.connection.fail_next = True
     with pytest.raises(RuntimeError):
@@ -82,7 +90,7 @@ def test_a_failed_insert_drops_the_schema_so_the_next_one_describes_the_collecti
 
 
 def test_rows_of_other_shapes_or_with_an_unknown_field_go_as_rows() -> None:
-    inserts, client = ColumnInserts(), Client()
+    inserts, client = ColumnWrites(), Client()
     mixed = _rows(2)
     del mixed[1]["n"]
     assert inserts.insert(client, "chunks", mixed) == "rows"
@@ -102,6 +110,17 @@ def test_a_client_without_the_column_path_inserts_rows() -> None:
             self.rows.extend(rows)
             return "rows"
 
-    inserts, client = ColumnInserts(), RowsOnly()
+    inserts, client = ColumnWrites(), RowsOnly()
     assert inserts.insert(client, "chunks", _rows(2)) == "rows"
     assert inserts.by_rows and len(client.rows) == 2
+
+
+def test_upserts_go_as_columns_too_and_rows_when_they_cannot() -> None:
+    inserts, client = ColumnWrites(), Client()
+    assert inserts.upsert(client, "registry", _rows(2)) == "upserted columns"
+    collection, columns, kwargs = client.connection.batches[0]
+    assert collection == "registry" and kwargs["upsert"] and kwargs["schema"] is SCHEMA
+    assert [column["values"] for column in columns][0] == ["r0", "r1"]
+    extra = [{**row, "dynamic": 1} for row in _rows(1)]
+    assert inserts.upsert(client, "registry", extra) == "upserted rows"
+    assert inserts.calls == 1

@@ -1,15 +1,15 @@
-"""Inserts sent column by column.
+"""Inserts and upserts sent column by column.
 
-`MilvusClient.insert` takes rows and pymilvus packs them into the request field by field and row by
-row: for a chunk row (23 fields, a 384-d vector) about 0.115 ms of client CPU, on the ingest
+`MilvusClient.insert` and `upsert` take rows and pymilvus packs them into the request field by field
+and row by row: for a chunk row (23 fields, a 384-d vector) about 0.115 ms of client CPU, on the ingest
 service's interpreter lock and inside the one writer's call. Packed a column at a time (pymilvus'
 own column path, which its ORM `Collection.insert` uses) the same rows take about 0.019 ms each
 (1,024 rows of the chunks schema packed by pymilvus 3.0.2 on this project's 2-core machine; the
 ingest ceiling this moved is in docs/benchmarks.md).
 
-MilvusClient has no column insert, so this calls the column path of the client's connection with
-the collection's schema (described once per collection and kept; dropped after a failed insert,
-in case the collection was recreated). A pymilvus without that path gets the row insert.
+MilvusClient has no column insert or upsert, so this calls the column path of the client's
+connection with the collection's schema (described once per collection and kept; dropped after a
+failed write, in case the collection was recreated). A pymilvus without that path writes rows.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-class ColumnInserts:
-    """Row inserts sent as columns, through one MilvusClient."""
+class ColumnWrites:
+    """Row inserts and upserts sent as columns, through one MilvusClient."""
 
     def __init__(self) -> None:
         self._schemas: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.by_rows = False  # this pymilvus has no column path: rows it is (logged once)
+        self.calls = 0  # writes sent as columns (for tests)
 
     def forget(self) -> None:
         """Drops the kept schemas (a new client, a recreated collection)."""
@@ -35,19 +36,26 @@ class ColumnInserts:
             self._schemas.clear()
 
     def insert(self, milvus: Any, collection: str, rows: list[dict[str, Any]]) -> Any:
-        """Inserts the rows (all with the same fields) into the collection."""
+        """Inserts the rows into the collection."""
+        return self._write("insert", "batch_insert", milvus, collection, rows)
+
+    def upsert(self, milvus: Any, collection: str, rows: list[dict[str, Any]]) -> Any:
+        """Upserts the rows into the collection."""
+        return self._write("upsert", "upsert", milvus, collection, rows)
+
+    def _write(self, by_rows: str, by_columns: str, milvus: Any, collection: str, rows: list[dict[str, Any]]) -> Any:
         connection = getattr(milvus, "_get_connection", None)
-        if self.by_rows or connection is None or not hasattr(connection(), "batch_insert"):
+        if self.by_rows or connection is None or not hasattr(connection(), by_columns):
             self._rows_it_is()
-            return milvus.insert(collection, rows)
+            return getattr(milvus, by_rows)(collection, rows)
         schema = self._schema(milvus, collection)
         types = {field["name"]: field["type"] for field in schema["fields"]}
         fields = rows[0].keys()
         if any(name not in types for name in fields) or any(row.keys() != fields for row in rows):
-            return milvus.insert(collection, rows)  # a field the schema lacks, or rows of other shapes: as rows
+            return getattr(milvus, by_rows)(collection, rows)  # a field the schema lacks, or rows of other shapes
         columns = [{"name": name, "type": types[name], "values": [row[name] for row in rows]} for name in fields]
         try:
-            return connection().batch_insert(
+            result = getattr(connection(), by_columns)(
                 collection,
                 columns,
                 context=milvus._generate_call_context(),  # noqa: SLF001 - the database its Session timestamps name
@@ -57,6 +65,8 @@ class ColumnInserts:
             with self._lock:
                 self._schemas.pop(collection, None)
             raise
+        self.calls += 1
+        return result
 
     def _schema(self, milvus: Any, collection: str) -> dict[str, Any]:
         with self._lock:
@@ -70,4 +80,4 @@ class ColumnInserts:
     def _rows_it_is(self) -> None:
         if not self.by_rows:
             self.by_rows = True
-            logger.info("this pymilvus has no column insert path; inserts are packed row by row")
+            logger.info("this pymilvus has no column write path; inserts and upserts are packed row by row")
