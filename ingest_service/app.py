@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 # Store calls in flight: most of them wait (a Milvus server's registry read waits for a time tick under
 # writes), so more threads than cores; with 16, SciFact ingestion into Milvus 2.3.5 ran at 250-350
-# chunks/s with every thread parked on a registry read, with 64 at 460-480 (docs/benchmarks.md).
+# chunks/s with every thread parked on a registry read, with 64 at 460-480 (docs/benchmarks.md,
+# figures behind the code's choices).
 STORE_THREADS = 64
 SERVICE_NAME = ingest_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
 

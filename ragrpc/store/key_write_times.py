@@ -7,7 +7,7 @@ client's last write to the whole collection. Ingestion writes the registry witho
 document's attempt and its switch), so every read by key named a write made a moment before and
 waited for the next time tick, most of 200 ms on Milvus 2.3: 55 to 60 of the 64 store threads were
 seen waiting there, holding ingestion into a 2.3.5 server at a few hundred chunks a second
-(docs/benchmarks.md, ingest_ceiling).
+(docs/benchmarks.md, figures behind the code's choices).
 
 A read of some keys needs only the writes of those keys. `KeyWriteTimes` keeps, for the collections
 it follows, the server's timestamp of this client's last write of each key (pymilvus' record of the
