@@ -113,15 +113,7 @@ class WriteGroups:
                 return
             write = batch[0].write
             assert write is not None, "a relayed write names its call"
-            try:
-                self.send(batch, write, retry_alone)
-            except BaseException as exc:  # not an Exception (the interpreter is stopping): still answer each caller
-                for pending in batch:
-                    if not pending.done:
-                        pending.error, pending.done = exc, True
-                raise
-            finally:
-                Relay.settled(batch)
+            Relay.carry(batch, lambda: self.send(batch, write, retry_alone))
 
     def take(self, group: GroupKey) -> list[PendingWrite]:
         """The writes at the head of the group's queue that go in one call: at least one, then

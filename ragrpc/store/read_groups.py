@@ -103,15 +103,7 @@ class ReadGroups:
         retry_alone: Callable[[BaseException], bool],
     ) -> None:
         batch = self._take(reads)
-        try:
-            self._send(batch, fetch, key_of, retry_alone)
-        except BaseException as exc:  # not an Exception (the interpreter is stopping): still answer each caller
-            for pending in batch:
-                if not pending.done:
-                    pending.error, pending.done = exc, True
-            raise
-        finally:
-            Relay.settled(batch)
+        Relay.carry(batch, lambda: self._send(batch, fetch, key_of, retry_alone))
 
     def _take(self, reads: _CollectionReads) -> list[PendingRead]:
         """The waiting reads at the head of the queue: at least one, then more while the keys

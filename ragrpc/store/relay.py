@@ -77,15 +77,25 @@ class Relay:
             following.woken.set()
 
     @staticmethod
-    def settled(items: Sequence[Queued]) -> None:
-        """Wakes the owners of items a call has just settled."""
-        for item in items:
-            item.woken.set()
+    def carry(items: Sequence[Queued], call: Callable[[], None]) -> None:
+        """Runs `call()`, the call that settles these items (taken off the queue), and wakes their
+        owners. An exception that is not an Exception (the interpreter is stopping) escapes it
+        still answers each of them."""
+        try:
+            call()
+        except BaseException as exc:
+            for item in items:
+                if not item.done:
+                    item.error, item.done = exc, True
+            raise
+        finally:
+            for item in items:
+                item.woken.set()
 
     def serve(self, item: Queued, serve_next: Callable[[], None], oldest: Callable[[], Queued | None]) -> None:
         """Returns once `item` is done: waits for its turn, then (serving) calls `serve_next()` (one
-        call: take the oldest items, send them, settle them) until the item is done, and hands the
-        role on. An exception that escapes `serve_next` still hands the role on."""
+        call: take the oldest items and `carry` them) until the item is done, and hands the role on.
+        An exception that escapes `serve_next` still hands the role on."""
         if not self.wait_turn(item):
             return
         try:
