@@ -25,7 +25,7 @@ class ColumnWrites:
     """Row inserts and upserts sent as columns, through one MilvusClient."""
 
     def __init__(self) -> None:
-        self._schemas: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # description, types
         self._lock = threading.Lock()
         self.by_rows = False  # this pymilvus has no column path: rows it is (logged once)
         self.calls = 0  # writes sent as columns (for tests)
@@ -44,18 +44,18 @@ class ColumnWrites:
         return self._write("upsert", "upsert", milvus, collection, rows)
 
     def _write(self, by_rows: str, by_columns: str, milvus: Any, collection: str, rows: list[dict[str, Any]]) -> Any:
-        connection = getattr(milvus, "_get_connection", None)
-        if self.by_rows or connection is None or not hasattr(connection(), by_columns):
+        get_connection = getattr(milvus, "_get_connection", None)
+        send = getattr(get_connection(), by_columns, None) if not self.by_rows and get_connection else None
+        if send is None:
             self._rows_it_is()
             return getattr(milvus, by_rows)(collection, rows)
-        schema = self._schema(milvus, collection)
-        types = {field["name"]: field["type"] for field in schema["fields"]}
+        schema, types = self._schema(milvus, collection)
         fields = rows[0].keys()
         if any(name not in types for name in fields) or any(row.keys() != fields for row in rows):
             return getattr(milvus, by_rows)(collection, rows)  # a field the schema lacks, or rows of other shapes
         columns = [{"name": name, "type": types[name], "values": [row[name] for row in rows]} for name in fields]
         try:
-            result = getattr(connection(), by_columns)(
+            result = send(
                 collection,
                 columns,
                 context=milvus._generate_call_context(),  # noqa: SLF001 - the database its Session timestamps name
@@ -68,14 +68,16 @@ class ColumnWrites:
         self.calls += 1
         return result
 
-    def _schema(self, milvus: Any, collection: str) -> dict[str, Any]:
+    def _schema(self, milvus: Any, collection: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The collection's description and its fields' types, described once."""
         with self._lock:
-            schema = self._schemas.get(collection)
-        if schema is None:
+            kept = self._schemas.get(collection)
+        if kept is None:
             schema = milvus.describe_collection(collection)
+            kept = schema, {field["name"]: field["type"] for field in schema["fields"]}
             with self._lock:
-                self._schemas[collection] = schema
-        return schema
+                self._schemas[collection] = kept
+        return kept
 
     def _rows_it_is(self) -> None:
         if not self.by_rows:
