@@ -9,7 +9,8 @@ partitioned), or one whose holder ran on this host under a pid that no longer ex
 this process's own pid (a crash and restart on one machine, or of one container, need not
 wait). Every take-over increments the epoch.
 
-While it runs, the holder renews the lease every ttl/3 (a supervised loop). If a renewal finds
+While it runs, the holder renews the lease every ttl/3 (a supervised loop; after a failed renewal, at
+the latest shortly before writes would be refused). If a renewal finds
 another holder or epoch, the lease was lost (this process stalled past the ttl and another one
 took over): from then on `check()` raises and the service reports NOT_SERVING. A clean shutdown
 releases the lease (expiry 0) so the next start takes it at once.
@@ -213,6 +214,14 @@ class WriterLease:
                 reason="WRITER_LEASE_EXPIRED",
             )
 
+    def seconds_until_refusing(self) -> float | None:
+        """Seconds (by this lease's clock) until `check()` starts refusing writes for want of a renewal;
+        0 or less once it does; None when no lease is held or it was lost."""
+        held = self._held
+        if held is None or self.lost_reason:
+            return None
+        return held.expires_at - self.margin_s - self._clock()
+
     def when_refused(self, callback: Callable[[], None] | None) -> None:
         """`callback` (any thread, must not block) is called when `check()` refuses a write because the
         lease is not renewed: the renewal loop's cue to renew at once (None: no cue)."""
@@ -230,12 +239,23 @@ class WriterLease:
 
 
 async def keep_renewed(
-    lease: WriterLease, renewal: SupervisedLoop, *, min_gap_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    lease: WriterLease,
+    renewal: SupervisedLoop,
+    *,
+    min_gap_s: float = 1.0,
+    lead_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Renews the lease with `renewal` (a SupervisedLoop of `lease.renew`) every interval, backing off
     after failures, and at once when a write was refused for want of a renewal (at most one renewal
     in `min_gap_s`: writes refused while the store is still down do not turn into a stream of store
-    calls). Returns when the lease is lost."""
+    calls). Returns when the lease is lost.
+
+    A renewal that failed (the store was down or slow for a moment) is retried no later than `lead_s`
+    before writes would be refused, then every `min_gap_s` until that point, whatever the loop's
+    backoff says: with the interval and the margin both ttl/3, the backoff's next try after one
+    failure would fall exactly where writes start being refused, and every write in the renewal's
+    round trip (and its read-back) would be refused although the store answers."""
     loop = asyncio.get_running_loop()
     wanted = asyncio.Event()
 
@@ -250,7 +270,7 @@ async def keep_renewed(
         last = float("-inf")
         while not lease.lost_reason:
             try:
-                async with asyncio.timeout(renewal.next_delay()):
+                async with asyncio.timeout(_next_renewal_in(lease, renewal, lead_s, min_gap_s)):
                     await wanted.wait()
                 await asyncio.sleep(max(0.0, last + min_gap_s - clock()))  # a cue: at most one renewal a gap
             except TimeoutError:
@@ -260,6 +280,14 @@ async def keep_renewed(
             last = clock()
     finally:
         lease.when_refused(None)
+
+
+def _next_renewal_in(lease: WriterLease, renewal: SupervisedLoop, lead_s: float, min_gap_s: float) -> float:
+    delay = renewal.next_delay()
+    before = lease.seconds_until_refusing()
+    if before is not None and before > 0:
+        delay = min(delay, max(before - lead_s, min_gap_s if renewal.consecutive_failures else 0.0))
+    return delay
 
 
 class FencedChunkStore:

@@ -223,7 +223,10 @@ def test_milvus_outage_in_the_middle_of_an_ingestion(outage_stack: RealStack) ->
     )
     if not (still_running and written):
         stack.milvus.start()  # the module's later tests need the store back
-    assert still_running and written, "the upload finished before the store stopped; nothing was tested"
+    assert still_running and written, (
+        f"the upload finished before the store stopped; nothing was tested. The ingest service's log:\n"
+        f"{stack.ingest.log_tail(60)}"
+    )
     assert code == "UNAVAILABLE" and retry, (code, retry)
     stack.milvus.start()
     query_back = wait_until_ok(lambda: retrieve_once(stack.query.address, 30), 120)

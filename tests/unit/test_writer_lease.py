@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 
 import pytest
 
 from ingest_service.app import build_components
 from ingest_service.requests import DocumentSpecInput, IngestItem
-from ingest_service.writer_lease import WriterLease, keep_renewed
+from ingest_service.writer_lease import WriterLease, _next_renewal_in, keep_renewed
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.models import WriterLeaseRecord
@@ -208,3 +209,71 @@ async def test_the_renewal_loop_ends_when_the_lease_is_lost() -> None:
     renewal = SupervisedLoop("writer-lease", held.renew, interval_s=0.01)
     await asyncio.wait_for(keep_renewed(held, renewal), timeout=5)
     assert "node-2" in held.lost_reason
+
+
+class FailsOnce(InMemoryDocumentRegistry):
+    """The registry whose first lease renewal after `arm()` fails (a store that was away for a moment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.failed_at: float | None = None
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def read_lease(self):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.armed = False
+            self.failed_at = time.monotonic()
+            raise errors.UnavailableError("the store is down")
+        return super().read_lease()
+
+
+async def test_one_failed_renewal_is_retried_before_writes_would_be_refused() -> None:
+    """With the interval and the margin both ttl/3, the loop's backoff after one failed renewal puts its next
+    try exactly where writes start being refused; the retry comes `lead_s` before that instead, so a store that
+    answers again never sees a write refused (CI once saw an upload refused 0.4 s after a successful one)."""
+    registry = FailsOnce()
+    # settle_s as in service: a late renewal reads its row back half a second later, refusing writes meanwhile
+    held = WriterLease(registry, ttl_s=6.0, settle_s=0.5, clock=time.monotonic, host="a", pid=10)
+    held.acquire()
+    renewal = SupervisedLoop("writer-lease", held.renew, interval_s=2.0, max_backoff_s=2.0)
+    registry.arm()  # the loop's first turn (2 s in) fails; its backoff would try again 2 s later, at the margin
+    keeper = asyncio.create_task(keep_renewed(held, renewal, lead_s=0.8, min_gap_s=0.2))
+    refused: list[float] = []
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 6.0:
+            try:
+                held.check()
+            except errors.UnavailableError:
+                refused.append(time.monotonic() - started)
+            await asyncio.sleep(0.02)
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+    assert registry.failed_at is not None and renewal.failures == 1
+    assert renewal.steps >= 2, "renewed after the failure, and again on the loop's own turn"
+    assert not refused, f"writes refused at {refused[:3]} s although only one renewal failed"
+
+
+def test_the_next_renewal_comes_before_the_refusals_whatever_the_backoff() -> None:
+    registry, clock = InMemoryDocumentRegistry(), Clock()
+    held = lease(registry, clock)  # ttl 30 s: refusals start 20 s after a renewal
+    held.acquire()
+    renewal = SupervisedLoop("writer-lease", held.renew, interval_s=10, max_backoff_s=10)
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 10  # the loop's own interval
+    renewal.consecutive_failures = 1  # a turn failed at +10 s: the backoff says 10 s more
+    clock.now += 10
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 8  # 2 s before the refusals
+    clock.now += 7.5
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 1  # within the lead: every min_gap
+    renewal.consecutive_failures = 0
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 0.5  # no failure: at the lead
+    clock.now += 1
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 0  # past it: renew now
+    clock.now += 5  # refusing: refused writes cue renewals; the loop itself backs off as before
+    renewal.consecutive_failures = 3
+    assert _next_renewal_in(held, renewal, lead_s=2, min_gap_s=1) == 10
