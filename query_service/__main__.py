@@ -18,11 +18,13 @@ from query_service.app import (
     build_components,
     build_reranker,
     check_retrieval_settings,
+    embedding_identity,
     load_or_catch_up,
     reranker_provider,
     start_query_server,
     the_sync,
 )
+from query_service.snapshot_builder import BuildSpec, ChildProcessSnapshotBuilder
 from query_service.worker_supervisor import (
     QueryWorkerSupervisor,
     SupervisorLink,
@@ -73,6 +75,8 @@ async def main(role: WorkerRole | None = None, link: SupervisorLink | None = Non
     )
     if role is not None and not role.writes_snapshots:
         _leave_snapshots_to_the_writer(components)
+    if settings.index_build_in_child and components.snapshots is not None:
+        components.snapshot_builder = ChildProcessSnapshotBuilder(BuildSpec(settings, embedding_identity(embedder)))
     if role is not None and not role.binds_before_loading:
         await asyncio.to_thread(_load_before_binding, components)
     loaded_before = components.follower.ready

@@ -26,6 +26,7 @@ from query_service.remote_rerank import RemoteRerankConfig, RemoteReranker
 from query_service.rerank import CrossEncoderReranker, Reranker
 from query_service.retrieval import FollowedVisibility, RetrievalPipeline, SparseRetriever
 from query_service.servicer import RetrievalLimits, RetrieveServicer
+from query_service.snapshot_builder import SnapshotBuilder
 from query_service.sparse import MilvusBm25Retriever, RankBm25Retriever
 from query_service.sparse_index import Bm25Parameters, InProcessBm25Index
 from ragrpc import deadlines, errors
@@ -50,7 +51,12 @@ PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 
 def the_sync(components: QueryComponents) -> ChunkIndexSync:
     """The ChunkIndexSync whose indexes a snapshot holds."""
-    return next(listener for listener in components.follower.listeners if isinstance(listener, ChunkIndexSync))
+    return sync_of(components.follower)
+
+
+def sync_of(follower: RegistryFollower) -> ChunkIndexSync:
+    """The follower's ChunkIndexSync (the one whose indexes a snapshot holds)."""
+    return next(listener for listener in follower.listeners if isinstance(listener, ChunkIndexSync))
 
 
 @dataclass
@@ -64,6 +70,9 @@ class QueryComponents:
     tracer: Tracer = field(default_factory=NoopTracer)  # stage spans, and the RPC spans of the server
     snapshots: IndexSnapshots | None = None  # RAGRPC_INDEX_SNAPSHOT_DIR
     restored: bool = False  # the view was restored from a snapshot (it catches up at start)
+    # runs a full load elsewhere and writes the snapshot that a start without one then loads (the service's
+    # main sets it: query_service.snapshot_builder, RAGRPC_INDEX_BUILD_IN_CHILD); None: the full load runs here
+    snapshot_builder: SnapshotBuilder | None = None
 
     def start_background(self) -> list[asyncio.Task]:
         """Starts the supervised background loops (following the registry) on the running event loop."""
@@ -203,17 +212,15 @@ def build_components(
     if tracer is None:
         tracer = tracer_from_setting(settings.tracing)
     executor = ThreadPoolExecutor(max_workers=max(4, settings.cpu_workers * 2), thread_name_prefix="query-cpu")
-    follower = RegistryFollower(
-        registry,
-        reconcile_interval_s=settings.registry_reconcile_interval_s,
-        sweep_interval_s=settings.registry_sweep_interval_s,
-        change_journal=change_journal_enabled(settings, chunks),
-        give_up_after_s=settings.index_give_up_after_s,
-    )
+    follower = build_follower(settings, chunks, registry)
     dense_index = build_dense_index(settings, chunks, embedder.dimension)
     configured = sparse is None and use_configured_sparse
     keeps_bm25 = configured and settings.sparse_backend.lower() == "rank_bm25"
-    snapshots = index_snapshots(settings, embedder, dense_held=dense_index is not None) if configured else None
+    snapshots = (
+        index_snapshots(settings, embedding_identity(embedder), dense_held=dense_index is not None)
+        if configured
+        else None
+    )
     snapshot = (
         snapshots.load(analyzer=EnglishAnalyzer() if keeps_bm25 else None, dense=dense_index is not None)
         if (snapshots is not None and (keeps_bm25 or dense_index is not None))
@@ -295,15 +302,32 @@ def build_components(
     return components
 
 
-def index_snapshots(settings: Settings, embedder: Embedder, *, dense_held: bool) -> IndexSnapshots | None:
-    """The snapshots of RAGRPC_INDEX_SNAPSHOT_DIR (None when unset), with what their indexes depend on."""
+def build_follower(settings: Settings, chunks: ChunkStore, registry: DocumentRegistry) -> RegistryFollower:
+    """The registry follower as the settings configure it (its listeners are added by the index builders)."""
+    return RegistryFollower(
+        registry,
+        reconcile_interval_s=settings.registry_reconcile_interval_s,
+        sweep_interval_s=settings.registry_sweep_interval_s,
+        change_journal=change_journal_enabled(settings, chunks),
+        give_up_after_s=settings.index_give_up_after_s,
+    )
+
+
+def embedding_identity(embedder: Embedder) -> tuple[str, str, int]:
+    """What of the embedder a snapshot's indexes depend on: provider, model id, dimension."""
+    return (embedder.provider, embedder.model_id, embedder.dimension)
+
+
+def index_snapshots(settings: Settings, embedding: tuple[str, str, int], *, dense_held: bool) -> IndexSnapshots | None:
+    """The snapshots of RAGRPC_INDEX_SNAPSHOT_DIR (None when unset), with what their indexes depend on
+    (`embedding`: `embedding_identity` of the service's embedder)."""
     if not settings.index_snapshot_dir.strip():
         return None
     identity = {
         "format": "ragrpc-query-indexes/1",
         "milvus_uri": settings.milvus_uri,
         "collection_prefix": settings.collection_prefix,
-        "embedding": [embedder.provider, embedder.model_id, embedder.dimension],
+        "embedding": list(embedding),
         "sparse_backend": settings.sparse_backend.lower(),
         "analyzer": EnglishAnalyzer.__name__,
         "bm25": [settings.bm25_k1, settings.bm25_b],
@@ -334,6 +358,56 @@ def load_or_catch_up(follower: RegistryFollower) -> None:
         )
         return
     load_follower(follower)
+
+
+async def load_complete_view(follower: RegistryFollower) -> None:
+    """The follower's complete start-up view: a full load unless it was restored from a snapshot (retried
+    with backoff while it fails), then polls until every document is complete (a store that returned a
+    document's chunks short) and, after a snapshot, until the changes since it are applied."""
+    delay = 1.0
+    while not follower.loaded:
+        try:
+            await asyncio.to_thread(load_follower, follower)
+            break
+        except Exception:  # noqa: BLE001 - the store may not be ready yet; health stays NOT_SERVING
+            logger.exception("loading the registry and index failed; retrying in %.0fs", delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    delay = 0.2
+    while not follower.ready:  # until every document loaded is complete (or given up on)
+        try:
+            await asyncio.to_thread(follower.poll)
+        except Exception:  # noqa: BLE001 - retried; health stays NOT_SERVING
+            logger.exception("completing the start-up load failed; retrying")
+        if not follower.ready:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def restore_built_snapshot(components: QueryComponents) -> bool:
+    """The snapshot another process just wrote (`snapshot_builder`) becomes this service's view: its
+    indexes are adopted by the ones the components were built on, the follower and the sync take its state
+    (they catch up from its watermark next). False (logged by the snapshot's load) when it cannot be used:
+    the full load then runs here."""
+    snapshots = components.snapshots
+    assert snapshots is not None
+    sync = the_sync(components)
+    started = time.monotonic()
+    snapshot = snapshots.load(
+        analyzer=EnglishAnalyzer() if sync.bm25_index is not None else None, dense=sync.dense_index is not None
+    )
+    if snapshot is None:
+        return False
+    if snapshot.bm25 is not None and sync.bm25_index is not None:
+        sync.bm25_index.adopt(snapshot.bm25)
+    if snapshot.dense is not None and sync.dense_index is not None:
+        sync.dense_index.adopt(snapshot.dense)
+    snapshots.restore(snapshot, components.follower, sync)
+    components.restored = True
+    logger.info(
+        "the index snapshot the build process wrote is loaded (%.1fs): %s", time.monotonic() - started, snapshot.path
+    )
+    return True
 
 
 async def start_query_server(
@@ -377,27 +451,15 @@ async def start_query_server(
 async def _load_then_serve(
     components: QueryComponents, running: RunningServer, after_load: Callable[[], None] | None = None
 ) -> None:
-    """Loads the complete index while health says NOT_SERVING (and Retrieve/Ask answer UNAVAILABLE),
-    applies what the load could not complete (a store that returned a document's chunks short), runs
-    `after_load`, then reports SERVING and starts following the registry. A failed load is retried
-    with backoff."""
-    delay = 1.0
-    while not components.follower.loaded:
-        try:
-            await asyncio.to_thread(load_follower, components.follower)
-            break
-        except Exception:  # noqa: BLE001 - the store may not be ready yet; health stays NOT_SERVING
-            logger.exception("loading the registry and index failed; retrying in %.0fs", delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
-    delay = 0.2
-    while not components.follower.ready:  # until every document loaded is complete (or given up on)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
-        try:
-            await asyncio.to_thread(components.follower.poll)
-        except Exception:  # noqa: BLE001 - retried; health stays NOT_SERVING
-            logger.exception("completing the start-up load failed; retrying")
+    """Loads the complete index while health says NOT_SERVING (and Retrieve/Ask answer UNAVAILABLE):
+    from the snapshot that `components.snapshot_builder` writes when there is one (a full load in another
+    process), else in full here; applies what the load could not complete (a store that returned a
+    document's chunks short) or what changed since the snapshot, runs `after_load`, then reports SERVING
+    and starts following the registry. A failed load is retried with backoff."""
+    if components.snapshot_builder is not None and components.snapshots is not None and not components.restored:
+        if await components.snapshot_builder.build():
+            await asyncio.to_thread(restore_built_snapshot, components)
+    await load_complete_view(components.follower)
     if components.snapshots is not None and not components.restored:  # the first snapshot, after a full load
         try:
             await asyncio.to_thread(components.snapshots.save, components.follower, the_sync(components))

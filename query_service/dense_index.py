@@ -307,6 +307,16 @@ class InProcessDenseIndex:
                     arrays.update(nest_arrays(f"s{number}/partitions", scope.partitions.export()))
             return meta, arrays
 
+    def adopt(self, other: InProcessDenseIndex) -> None:
+        """Takes over the held vectors of `other` (an index restored from a snapshot that another process
+        built), so that everything holding this index searches and changes them; `other` must not be used
+        afterwards. ValueError when its dimension is not this index's."""
+        if other.dimension != self.dimension:
+            raise ValueError(f"held vectors of dimension {other.dimension} cannot replace {self.dimension}")
+        with self._writer, self._lock.write():
+            self._scopes = other._scopes
+            other._scopes = {}
+
     @classmethod
     def restore(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], **options: Any) -> InProcessDenseIndex:
         """An index over exported arrays (memory-mapped vectors are searched in place, never copied

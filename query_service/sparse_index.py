@@ -802,6 +802,16 @@ class InProcessBm25Index:
                 arrays.update(nest_arrays(f"s{number}", scope_arrays))
             return meta, arrays
 
+    def adopt(self, other: InProcessBm25Index) -> None:
+        """Takes over the contents of `other` (an index restored from a snapshot that another process built),
+        so that everything holding this index searches and changes them; `other` must not be used afterwards.
+        ValueError when its BM25 parameters are not this index's."""
+        if other._params != self._params:
+            raise ValueError(f"BM25 parameters {other._params} cannot replace {self._params}")
+        with self._writer, self._lock.write():
+            self._scopes = other._scopes
+            other._scopes = {}
+
     @classmethod
     def restore(
         cls, analyzer: Analyzer, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], **options: Any

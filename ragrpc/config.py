@@ -546,6 +546,14 @@ class Settings:
         "Query service: how often it writes a new snapshot (also once after a full load)",
         group=RETRIEVAL,
     )
+    index_build_in_child: bool = _setting(
+        True,
+        "RAGRPC_INDEX_BUILD_IN_CHILD",
+        "Query service with a snapshot directory: a start that finds no usable snapshot runs the full load in a child "
+        "process, which writes the snapshot and exits; the service then starts from it, so its memory is that of a "
+        "start from a snapshot (the load's working heap leaves with the child). Off: the full load runs in the service",
+        group=RETRIEVAL,
+    )
     index_snapshot_max_age_s: float = _setting(
         518400.0,
         "RAGRPC_INDEX_SNAPSHOT_MAX_AGE_S",

@@ -83,6 +83,12 @@ class QueryService:
     process: subprocess.Popen[bytes] | None = None
     address: str = ""
     serving_s: float = 0.0
+    log_offset: int = 0  # where this start's lines begin in the log
+
+    def log_since_start(self) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode(errors="replace")
 
     @property
     def log_path(self) -> Path:
@@ -102,7 +108,7 @@ class QueryService:
             **self.extra_env,
         }
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        offset = self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         started = time.perf_counter()
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

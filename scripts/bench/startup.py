@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import gc
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -283,7 +284,21 @@ def _start(uri: str, prefix: str, processes: int, snapshots: Path, logs: Path) -
 
     service = QueryService(uri, prefix, processes, snapshots, logs).start()
     memory = {str(pid): process_memory_mib(pid) for pid in _workers(service)}
-    return {"service": service, "serving_s": service.serving_s, "memory": memory}
+    started: dict[str, Any] = {"service": service, "serving_s": service.serving_s, "memory": memory}
+    build_peak = build_peak_mib(service.log_since_start())
+    if build_peak is not None:
+        started["build_peak_mib"] = build_peak
+    return started
+
+
+_BUILD_PEAK = re.compile(r"the index build process wrote the snapshot in [0-9.]+s \(its peak RSS ([0-9]+) MiB\)")
+
+
+def build_peak_mib(log: str) -> float | None:
+    """The peak RSS of the child process that ran a full load and wrote the snapshot (query_service.snapshot_builder),
+    as the service logs it; None when the start ran no build process."""
+    found = _BUILD_PEAK.search(log)
+    return float(found.group(1)) if found else None
 
 
 def measure_snapshot_starts(kind: str, size: int, queries: list[str]) -> dict[str, Any]:

@@ -16,7 +16,14 @@ import grpc
 import pytest
 
 from query_service import index_snapshot
-from query_service.app import QueryComponents, build_components, start_query_server, the_sync
+from query_service.app import (
+    QueryComponents,
+    build_components,
+    embedding_identity,
+    start_query_server,
+    the_sync,
+)
+from query_service.snapshot_builder import SnapshotBuilder, build_snapshot
 from ragrpc.config import Settings
 from ragrpc.testing.faults import FaultPlan, FaultyChunkStore
 from ragrpc.testing.invariants import check_query_view
@@ -44,15 +51,17 @@ async def delete(stack: FakeStack, document_id: str) -> None:
 
 
 class QueryReplica:
-    """A query service on the shared stores, its chunk reads counted."""
+    """A query service on the shared stores, its chunk reads counted; `builder`: what runs the full load of a
+    start without a snapshot (the service's main gives it a child process)."""
 
-    def __init__(self, settings: Settings, stores: FakeStack) -> None:
+    def __init__(self, settings: Settings, stores: FakeStack, builder: SnapshotBuilder | None = None) -> None:
         self.settings = settings
         chunk_reads = frozenset({"chunks.scan_chunks", "chunks.get_chunks"})
         self.reads = FaultyChunkStore(stores.chunks, FaultPlan.counting(only=chunk_reads))
         self.components: QueryComponents = build_components(
             settings, stores.embedder, self.reads, stores.registry, load=False
         )
+        self.components.snapshot_builder = builder
         self.registry = stores.registry
 
     async def __aenter__(self) -> QueryReplica:
@@ -172,3 +181,69 @@ async def test_without_a_snapshot_directory_nothing_is_written(settings: Setting
         await upload(stack, "doc-0", "heron")
         async with replica(settings, stack) as only:
             assert only.components.snapshots is None and not only.components.restored
+
+
+class BuildElsewhere:
+    """The build process's work (`build_snapshot`: its own follower and indexes, a full load, the snapshot) on
+    the same stores, without the process; then `after` (a change made after the snapshot's watermark, or a
+    spoiled snapshot); answers `result`."""
+
+    def __init__(self, settings: Settings, stack: FakeStack, after: Any = None, result: bool = True) -> None:
+        self.settings, self.stack, self.after, self.result = settings, stack, after, result
+        self.reads = FaultyChunkStore(stack.chunks, FaultPlan.counting(only=frozenset({"chunks.scan_chunks"})))
+        self.built: list[Path] = []
+
+    async def build(self) -> bool:
+        identity = embedding_identity(self.stack.embedder)
+        self.built.append(await build_snapshot(self.settings, self.reads, self.stack.registry, identity))
+        if self.after is not None:
+            await self.after()
+        return self.result
+
+
+async def test_a_first_start_has_its_snapshot_built_elsewhere_then_starts_from_it(snapshot_stack: Any) -> None:
+    """The full load runs in the builder (the service's main: a child process); the service loads the snapshot
+    it wrote and catches up from its watermark (a document ingested after it is found), reading no more than
+    that document's chunks itself."""
+    settings, stack = snapshot_stack
+    for i, word in enumerate(("heron", "crane", "ibis")):
+        await upload(stack, f"doc-{i}", word)
+    builder = BuildElsewhere(settings, stack, after=lambda: upload(stack, "late", "godwit"))
+    async with QueryReplica(settings, stack, builder) as first:
+        assert len(builder.built) == 1 and builder.reads.plan.calls, "the builder loaded the collection in full"
+        assert first.components.restored and first.components.follower.ready
+        assert first.reads.plan.calls == ["chunks.get_chunks"], "the service read the late document's chunks only"
+        assert first.components.snapshots.saved == 0, "no second snapshot of the same view"
+        assert await first.found("heron") == {"doc-0"} and await first.found("godwit") == {"late"}
+        assert first.problems() == []
+        await upload(stack, "doc-1", "plover")  # the adopted indexes take changes as usual
+        await asyncio.to_thread(first.components.follower.poll)
+        assert await first.found("plover") == {"doc-1"} and await first.found("crane") == set()
+        assert first.problems() == []
+
+
+@pytest.mark.parametrize("failure", ["the build failed", "its snapshot is corrupt"])
+async def test_a_build_that_fails_or_leaves_no_usable_snapshot_costs_the_full_load_here(
+    snapshot_stack: Any, failure: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings, stack = snapshot_stack
+    await upload(stack, "doc-0", "heron")
+
+    async def spoil() -> None:
+        root = Path(settings.index_snapshot_dir)
+        arrays = root / (root / "CURRENT").read_text().strip() / "arrays.bin"
+        data = bytearray(arrays.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        arrays.write_bytes(bytes(data))
+
+    if failure == "the build failed":
+        builder = BuildElsewhere(settings, stack, result=False)
+    else:
+        builder = BuildElsewhere(settings, stack, after=spoil)
+    async with QueryReplica(settings, stack, builder) as replica:
+        assert len(builder.built) == 1 and not replica.components.restored and replica.components.follower.ready
+        assert "chunks.scan_chunks" in replica.reads.plan.calls, "the service loaded in full itself"
+        assert replica.components.snapshots.saved == 1, "and wrote its own first snapshot"
+        assert await replica.found("heron") == {"doc-0"} and replica.problems() == []
+    if failure != "the build failed":
+        assert "not used" in caplog.text

@@ -73,7 +73,7 @@ def test_the_startup_report_writes_its_table(tmp_path: Path) -> None:
     row = {
         "backend": "milvus-2.3.5",
         "size": 1_000_000,
-        "full": {"serving_s": 290.0, "memory": {"1": memory}},
+        "full": {"serving_s": 290.0, "memory": {"1": memory}, "build_peak_mib": 2600.0},
         "snapshot": {"serving_s": 12.5, "memory": {"2": memory}},
         "snapshot_2proc": {"serving_s": 20.0, "memory": {"3": memory, "4": memory}},
         "snapshot_mib": 393.0,
@@ -84,6 +84,21 @@ def test_the_startup_report_writes_its_table(tmp_path: Path) -> None:
     }
     startup_report.write_report([row], tmp_path)
     text = (tmp_path / "benchmarks.md").read_text()
-    assert "| milvus-2.3.5 | 1,000,000 | 290.0 s, 900 MiB (500 private / 400 file) | 393 MiB |" in text
+    assert "| milvus-2.3.5 | 1,000,000 | 290.0 s, 900 MiB (500 private / 400 file) (2,600 MiB) | 393 MiB |" in text
+    del row["full"]["build_peak_mib"]  # a full load in the service itself (RAGRPC_INDEX_BUILD_IN_CHILD=false)
+    startup_report.write_report([row], tmp_path)
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "| 290.0 s, 900 MiB (500 private / 400 file) (in the service itself) | 393 MiB |" in text
     assert "**12.5 s**" in text and "Pss sum 1,400 MiB" in text and "**21.5** / 60.0 ms (80 ms)" in text
     assert "| milvus-2.3.5 | 1,000,000 | 4.0 |" in text
+
+
+def test_the_build_process_peak_is_read_from_the_service_log() -> None:
+    from scripts.bench.startup import build_peak_mib
+
+    line = (
+        "2026-12-07 06:16:37,790 INFO query [-] query_service.snapshot_builder: the index build process wrote the "
+        "snapshot in 32.0s (its peak RSS 670 MiB)\n"
+    )
+    assert build_peak_mib("other line\n" + line) == 670.0
+    assert build_peak_mib("a start from a snapshot: no build process\n") is None

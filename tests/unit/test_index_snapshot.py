@@ -33,7 +33,7 @@ from query_service.index_sync import APPLIED_CODEC
 from query_service.packed_table import PackedTable
 from query_service.ragged_arrays import nest_arrays
 from query_service.registry_follower import VIEW_CODEC, DocumentView
-from query_service.sparse_index import IndexedChunk, InProcessBm25Index
+from query_service.sparse_index import Bm25Parameters, IndexedChunk, InProcessBm25Index
 from ragrpc.store import schema as s
 from ragrpc.store.request_filter import filter_from_request
 
@@ -195,6 +195,33 @@ def test_the_restored_indexes_take_updates_like_the_originals(tmp_path: Path) ->
     assert reloaded is not None and reloaded.path == again and reloaded.watermark == 2
     assert _answers(reloaded.bm25, reloaded.dense) == _answers(bm25, dense)  # type: ignore[arg-type]
 
+
+
+def test_empty_indexes_adopt_a_loaded_snapshot_and_answer_and_change_as_it_would(tmp_path: Path) -> None:
+    """What a service does with the snapshot its build process wrote: the (empty) indexes it was built on,
+    which its retrievers hold, take over the loaded ones' contents; a different BM25 parameter or
+    dimension is refused."""
+    bm25, dense, rng = _indexes(seed=4)
+    save_snapshot(tmp_path, identity=IDENTITY, follower_state=None, watermark=1, bm25=bm25, dense=dense)
+    options = NO_AUTOMATIC_COMPACTION
+    loaded = _load(tmp_path, bm25_options=options, dense_options=options)
+    assert loaded is not None and loaded.bm25 is not None and loaded.dense is not None
+    held_bm25 = InProcessBm25Index(WhitespaceAnalyzer(), **options)
+    held_dense = InProcessDenseIndex(DIMENSION, **options)
+    with pytest.raises(ValueError, match="BM25 parameters"):
+        InProcessBm25Index(WhitespaceAnalyzer(), Bm25Parameters(k1=1.2)).adopt(loaded.bm25)
+    with pytest.raises(ValueError, match="dimension"):
+        InProcessDenseIndex(DIMENSION + 1).adopt(loaded.dense)
+    held_bm25.adopt(loaded.bm25)
+    held_dense.adopt(loaded.dense)
+    assert _answers(held_bm25, held_dense) == _answers(bm25, dense)
+    assert loaded.bm25.chunk_count("acme") == 0 and loaded.dense.chunk_count("acme") == 0  # given away, not shared
+    chunks = _document(rng, "acme", 5, version=1)
+    for index in (bm25, held_bm25):
+        index.replace_document("acme", "d5", chunks)
+    for index in (dense, held_dense):
+        index.replace_document("acme", "d5", _vectors(chunks))
+    assert _answers(held_bm25, held_dense) == _answers(bm25, dense)
 
 def _saved(tmp_path: Path) -> Path:
     bm25, dense, _ = _indexes(seed=3)
