@@ -117,7 +117,8 @@ def main(argv: list[str]) -> None:
         run = json.loads(Path(name).read_text())
         rows += run["sections"]["startup_snapshots"]["data"]["rows"]
         commands.append(f"`{run['machine'].get('command', name)}` at {run['machine'].get('commit', '?')}")
-    write_report(rows, Path("docs"), command=f"{len(argv)} runs ({'; '.join(commands)})")
+    runs = "one run" if len(argv) == 1 else f"{len(argv)} runs"
+    write_report(rows, Path("docs"), command=f"{runs} ({'; '.join(commands)})")
 
 
 if __name__ == "__main__":
