@@ -196,7 +196,6 @@ def test_the_restored_indexes_take_updates_like_the_originals(tmp_path: Path) ->
     assert _answers(reloaded.bm25, reloaded.dense) == _answers(bm25, dense)  # type: ignore[arg-type]
 
 
-
 def test_empty_indexes_adopt_a_loaded_snapshot_and_answer_and_change_as_it_would(tmp_path: Path) -> None:
     """What a service does with the snapshot its build process wrote: the (empty) indexes it was built on,
     which its retrievers hold, take over the loaded ones' contents; a different BM25 parameter or
@@ -222,6 +221,7 @@ def test_empty_indexes_adopt_a_loaded_snapshot_and_answer_and_change_as_it_would
     for index in (dense, held_dense):
         index.replace_document("acme", "d5", _vectors(chunks))
     assert _answers(held_bm25, held_dense) == _answers(bm25, dense)
+
 
 def _saved(tmp_path: Path) -> Path:
     bm25, dense, _ = _indexes(seed=3)
