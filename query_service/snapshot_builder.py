@@ -63,17 +63,14 @@ class BuildSpec:
 class ChildProcessSnapshotBuilder:
     """Runs the full load and the snapshot's write in a spawned child process (`build_in_child`)."""
 
-    def __init__(self, spec: BuildSpec, *, stop_grace_s: float = 5.0, entry: Any = None) -> None:
+    def __init__(self, spec: BuildSpec, *, stop_grace_s: float = 5.0) -> None:
         self._spec = spec
         self._stop_grace_s = stop_grace_s
-        self._entry = entry if entry is not None else build_in_child
-        self.pid: int | None = None  # the child's, once started
-        self.exitcode: int | None = None
 
     async def build(self) -> bool:
         context = multiprocessing.get_context("spawn")
         process = context.Process(
-            target=self._entry, args=(self._spec, os.getpid()), name="query-index-build", daemon=True
+            target=build_in_child, args=(self._spec, os.getpid()), name="query-index-build", daemon=True
         )
         started = time.monotonic()
         try:
@@ -81,7 +78,6 @@ class ChildProcessSnapshotBuilder:
         except Exception:  # noqa: BLE001 - e.g. no memory or process slots left: the load runs here instead
             logger.exception("the index build process could not be started; the full load runs in this process")
             return False
-        self.pid = process.pid
         logger.info(
             "full load in a child process (pid %s): it writes the index snapshot this service then starts from",
             process.pid,
@@ -91,7 +87,6 @@ class ChildProcessSnapshotBuilder:
         except asyncio.CancelledError:  # the service stops during the build
             await asyncio.shield(asyncio.to_thread(_stop, process, self._stop_grace_s))
             raise
-        self.exitcode = process.exitcode
         seconds = time.monotonic() - started
         if process.exitcode == 0:
             logger.info(
