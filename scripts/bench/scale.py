@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import gc
 import json
 import os
@@ -34,7 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -75,8 +76,17 @@ class Backend:
         self.root = root
         self._lite: MilvusLiteServer | None = None
         self._m235: Milvus235 | None = None
+        self._claim: IO[str] | None = None
 
     def start(self) -> str:
+        self._claim = claim_directory(self.root)
+        try:
+            return self._start()
+        except BaseException:
+            self._release()
+            raise
+
+    def _start(self) -> str:
         ports_file = self.root / "ports.json"
         ports = json.loads(ports_file.read_text()) if self.kind != "milvus-lite" and ports_file.exists() else None
         if ports and stop_leftovers(self.root):  # a server of this directory that an earlier run left behind
@@ -106,10 +116,43 @@ class Backend:
         return self._m235.process if self._m235 is not None else None
 
     def stop(self) -> None:
-        if self._lite is not None:
-            self._lite.stop()
-        if self._m235 is not None:
-            self._m235.stop()
+        try:
+            if self._lite is not None:
+                self._lite.stop()
+            if self._m235 is not None:
+                self._m235.stop()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            self._claim.close()  # closing the file lets go of its lock
+            self._claim = None
+
+
+def claim_directory(root: Path) -> IO[str]:
+    """An exclusive claim on a store directory for as long as the returned file stays open (a lock on
+    `<root>.lock` beside it, which outlives a rebuild of the directory), or RuntimeError naming the
+    process that holds it. A second bench run on the same directory used to take it over: its start
+    stops the server it finds there as one an earlier run left behind, while that run was still using
+    it; two Milvus 2.3.5 servers on one directory lost every collection in it (2026-12-07)."""
+    path = root.parent / f"{root.name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the claim lasts
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise RuntimeError(
+            f"{root} is in use by another run (pid {holder}); wait for it to end or stop it, then run again"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 def ensure_bulk_collection(
