@@ -62,6 +62,28 @@ def ports_free(ports: dict[str, int], wait_s: float = 60.0) -> bool:
         time.sleep(1.0)
 
 
+TIME_WAIT_S = 60.0  # Linux keeps a closed TCP connection's port in TIME_WAIT this long
+
+
+def wait_until_wrapper_can_bind(ports: list[int], timeout_s: float) -> None:
+    """Waits until `milvus-server` can take each of `ports`. The wrapper tries each port it is given with
+    a plain bind (no SO_REUSEADDR) and, where that fails, silently takes the next free port and writes
+    that into the server's configuration. For about a minute after a server that had clients stops, its
+    proxy port is held by connections in TIME_WAIT: the plain bind fails, the server listened one port
+    up, and a start waiting on the port it asked for waited until its deadline (10 minutes in the scale
+    bench, 2026-12-07). RuntimeError naming the ports still held after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = [port for port in ports if not _bindable(port, reuse_address=False)]
+        if not held:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"ports {held} are still held after {timeout_s:.0f}s (milvus-server would move to other ports)"
+            )
+        time.sleep(1.0)
+
+
 def stop_leftovers(root: Path) -> list[int]:
     """Kills what is left of an earlier server on `root`'s data directory (its `milvus-server` wrapper or
     its `milvus run standalone`, found by the directory in their command lines: a run that was killed
@@ -94,11 +116,14 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _bindable(port: int) -> bool:
+def _bindable(port: int, reuse_address: bool = True) -> bool:
+    """Whether a listener could bind `port`: with SO_REUSEADDR on 0.0.0.0, as the server's own listeners
+    bind, or (reuse_address=False) with a plain bind on 127.0.0.1, as the `milvus-server` wrapper tries it."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("0.0.0.0", port))
+            sock.bind(("0.0.0.0" if reuse_address else "127.0.0.1", port))
         except OSError:
             return False
     return True
@@ -136,6 +161,7 @@ class Milvus235:
 
     def _start(self, timeout_s: float) -> float:
         started = time.monotonic()
+        wait_until_wrapper_can_bind(list(self.ports.values()), min(timeout_s, TIME_WAIT_S + 30.0))
         command = [self.executable, "--data", str(self.root / "data")]
         for name, port in self.ports.items():
             command += [f"--{name.replace('_', '-')}", str(port)]
