@@ -53,13 +53,7 @@ def ports_free(ports: dict[str, int], wait_s: float = 60.0) -> bool:
     """True when every port of an earlier server can be listened on again (with SO_REUSEADDR, as the
     server's own listeners: connections of its last run left in TIME_WAIT do not count), waiting up
     to `wait_s` for one that is still held."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        if all(_bindable(port) for port in ports.values()):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1.0)
+    return not _held_after(list(ports.values()), wait_s, reuse_address=True)
 
 
 TIME_WAIT_S = 60.0  # Linux keeps a closed TCP connection's port in TIME_WAIT this long
@@ -72,15 +66,20 @@ def wait_until_wrapper_can_bind(ports: list[int], timeout_s: float) -> None:
     proxy port is held by connections in TIME_WAIT: the plain bind fails, the server listened one port
     up, and a start waiting on the port it asked for waited until its deadline (10 minutes in the scale
     bench, 2026-12-07). RuntimeError naming the ports still held after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
+    held = _held_after(ports, timeout_s, reuse_address=False)
+    if held:
+        raise RuntimeError(
+            f"ports {held} are still held after {timeout_s:.0f}s (milvus-server would move to other ports)"
+        )
+
+
+def _held_after(ports: list[int], wait_s: float, *, reuse_address: bool) -> list[int]:
+    """The ports still not bindable (`_bindable`) after waiting up to `wait_s` for them all."""
+    deadline = time.monotonic() + wait_s
     while True:
-        held = [port for port in ports if not _bindable(port, reuse_address=False)]
-        if not held:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"ports {held} are still held after {timeout_s:.0f}s (milvus-server would move to other ports)"
-            )
+        held = [port for port in ports if not _bindable(port, reuse_address=reuse_address)]
+        if not held or time.monotonic() > deadline:
+            return held
         time.sleep(1.0)
 
 
