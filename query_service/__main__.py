@@ -6,6 +6,14 @@ each of which runs `main` below as a worker."""
 
 from __future__ import annotations
 
+import os
+
+# numpy's BLAS (OpenBLAS) in one thread per process unless set, before numpy loads: its exact dense search
+# reads memory one pass at a time (query_service.shared_passes), where a second BLAS thread gave a lone
+# Retrieve no speed and spun on the core the other calls need (docs/benchmarks.md, "Figures behind the
+# code's choices"). Worker processes inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import asyncio
 import dataclasses
 import functools

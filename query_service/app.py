@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 SERVICE_NAME = retrieve_pb2.DESCRIPTOR.services_by_name["RetrieveService"].full_name
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
+_DENSE_SEARCH_THREADS = 16  # in-process dense searches at once: the ones past the running pass share the next
 
 
 def the_sync(components: QueryComponents) -> ChunkIndexSync:
@@ -246,6 +247,12 @@ def build_components(
         sparse=sparse,
         reranker=reranker,
         executor=executor,
+        # in-process dense searches wait for a pass they share (query_service.shared_passes): threads of their own
+        dense_executor=(
+            ThreadPoolExecutor(max_workers=_DENSE_SEARCH_THREADS, thread_name_prefix="query-dense")
+            if dense_index is not None
+            else None
+        ),
         rerank_top_n=settings.rerank_top_n,
         tracer=tracer,
         query_analyser=build_enrichers(

@@ -7,7 +7,8 @@ visible chunks in memory, filled and kept in step by the same sync as the BM25 i
 (query_service.index_sync: one paged scan at start, batches of registry changes after), and
 searches them: exactly (recall 1.0 by construction) while a tenant holds fewer than
 `RAGRPC_DENSE_PARTITIONS_MIN_CHUNKS` chunks (200k), over the nearest 10 % of its coarse partitions
-above that (query_service.coarse_partitions; approximate, its recall in docs/benchmarks.md). A
+above that (query_service.coarse_partitions; approximate, its recall in docs/benchmarks.md). Exact
+searches that run at the same time share one pass over the vectors (query_service.shared_passes). A
 Milvus server searches its own index (`RAGRPC_DENSE_SEARCH`, query_service.dense).
 
 Layout per tenant, as the BM25 index's: a compact matrix (float32, one row a slot, stored list by
@@ -34,6 +35,7 @@ import numpy as np
 from query_service.coarse_partitions import EXACT, CoarsePartitions, PartitionPolicy, assign
 from query_service.ragged_arrays import nest_arrays, sub_arrays
 from query_service.rw_lock import ReadWriteLock
+from query_service.shared_passes import SharedPasses
 from query_service.slot_table import SlotTable
 
 logger = logging.getLogger(__name__)
@@ -128,9 +130,14 @@ class _Scope:
         self.recent = np.zeros((0, self.compact.shape[1]), dtype=np.float32)
 
     def scores(
-        self, query: np.ndarray, document_ids: Collection[str] | None, policy: PartitionPolicy
+        self,
+        query: np.ndarray,
+        document_ids: Collection[str] | None,
+        policy: PartitionPolicy,
+        passes: SharedPasses | None = None,
     ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """(live candidate slots, their cosines, whether only the nearest partitions were read)."""
+        """(live candidate slots, their cosines, whether only the nearest partitions were read). A search
+        of every row goes through `passes` where given (shared with the searches running meanwhile)."""
         slots_table, size, partitions = self.slots, len(self.compact), self.partitions
         if document_ids is not None:
             slots = slots_table.slots_of(document_ids)
@@ -140,25 +147,43 @@ class _Scope:
             scores[~in_compact] = self.recent[slots[~in_compact] - size] @ query
             return slots, scores, False
         probes = policy.probes(partitions.lists) if partitions is not None and policy.wanted(size) else 0
-        approximate = partitions is not None and 0 < probes < partitions.lists
-        if approximate:
-            assert partitions is not None
-            offsets = partitions.offsets
-            ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in partitions.nearest_lists(query, probes)]
-            parts = [self.compact[start:stop] @ query for start, stop in ranges]
-            slot_parts = [partitions.row_slot[start:stop] for start, stop in ranges]
-        else:
-            parts = [self.compact @ query]
-            slot_parts = [partitions.row_slot if partitions is not None else np.arange(size)]
+        if not (partitions is not None and 0 < probes < partitions.lists):
+            if passes is not None:
+                return (*passes.scores(self, query, self.pass_over), False)
+            slots, block = self.pass_over(query[np.newaxis, :])
+            return slots, block[:, 0], False
+        offsets = partitions.offsets
+        ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in partitions.nearest_lists(query, probes)]
+        parts = [self.compact[start:stop] @ query for start, stop in ranges]
+        slot_parts = [partitions.row_slot[start:stop] for start, stop in ranges]
+        return (*self._live(parts, slot_parts, query), True)
+
+    def pass_over(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(live slots, their cosines with each of `queries`: slots x queries) over every row. One query
+        is the matrix-vector product; several read the matrix once for all of them."""
+        size, partitions = len(self.compact), self.partitions
+        block = queries[0] if len(queries) == 1 else queries.T
+        parts = [self.compact @ block]
+        slot_parts = [partitions.row_slot if partitions is not None else np.arange(size)]
+        slots, scores = self._live(parts, slot_parts, block)
+        return slots, scores.reshape(len(slots), len(queries))
+
+    def _live(
+        self, parts: list[np.ndarray], slot_parts: list[np.ndarray], query: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The scored rows (`parts`, of the slots `slot_parts`) and the recent rows scored with `query`
+        (a vector, or dimension x queries), of live slots only."""
+        slots_table, size = self.slots, len(self.compact)
         if slots_table.recent_size:
-            parts.append(self.recent[: slots_table.recent_size] @ query)
-            slot_parts.append(np.arange(size, size + slots_table.recent_size))
-        scores = np.concatenate(parts)  # never empty: at least one list, or the whole compact matrix
-        slots = np.concatenate(slot_parts).astype(np.int64, copy=False)
+            parts = [*parts, self.recent[: slots_table.recent_size] @ query]
+            slot_parts = [*slot_parts, np.arange(size, size + slots_table.recent_size)]
+        # never empty: at least one list, or the whole compact matrix (one part: no copy)
+        scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        slots = (slot_parts[0] if len(slot_parts) == 1 else np.concatenate(slot_parts)).astype(np.int64, copy=False)
         if slots_table.dead_slots:
             live = slots_table.alive.view()[slots]
             slots, scores = slots[live], scores[live]
-        return slots, scores, approximate
+        return slots, scores
 
     @property
     def nbytes(self) -> int:
@@ -196,6 +221,7 @@ class InProcessDenseIndex:
         self._scopes: dict[str, _Scope] = {}
         self._lock = ReadWriteLock()
         self._writer = threading.Lock()  # one change (and the compaction it triggers) at a time
+        self.passes = SharedPasses()  # exact searches running at once share a pass over the vectors
 
     def replace_document(self, tenant: str, document_id: str, chunks: Sequence[VectorChunk]) -> None:
         """The document's chunks become `chunks` (none: the document leaves the index)."""
@@ -271,10 +297,10 @@ class InProcessDenseIndex:
             scope = self._scopes.get(tenant)
             if scope is None or not scope.slots.live_slots:
                 return []
-            slots, scores, approximate = scope.scores(query, document_ids, self.partition_policy)
+            slots, scores, approximate = scope.scores(query, document_ids, self.partition_policy, self.passes)
             found = _best_allowed(scope.slots, slots, scores, top_k, allow)
             if approximate and len(found) < top_k:  # a filter passed too few of the probed rows
-                slots, scores, _ = scope.scores(query, document_ids, EXACT)
+                slots, scores, _ = scope.scores(query, document_ids, EXACT, self.passes)
                 found = _best_allowed(scope.slots, slots, scores, top_k, allow)
             return found
 

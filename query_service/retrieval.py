@@ -159,6 +159,7 @@ class RetrievalPipeline:
         query_analyser: QueryAnalyser | None = None,
         consistency: ConsistencyGate | None = None,
         embed_executor: Executor | None = None,
+        dense_executor: Executor | None = None,
     ) -> None:
         self._consistency = consistency  # read your writes (None: tokens are not waited for)
         # query embedding runs apart from the search threads (`executor`)
@@ -173,6 +174,8 @@ class RetrievalPipeline:
         self._sparse = sparse
         self._reranker = reranker
         self._executor = executor
+        # dense searches apart from the other searches where given (in-process ones wait for a shared pass)
+        self._dense_executor = dense_executor or executor
         self._rerank_top_n = rerank_top_n
         self._clock = clock
 
@@ -192,9 +195,11 @@ class RetrievalPipeline:
                 reason="QUERY_EMBEDDING_TIMEOUT",
             ) from None
 
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., Any], *args: Any, executor: Executor | None = None) -> Any:
         # in the caller's context (the current span, the deadline) in the executor thread
-        return await asyncio.get_running_loop().run_in_executor(self._executor, in_current_context(fn), *args)
+        return await asyncio.get_running_loop().run_in_executor(
+            executor or self._executor, in_current_context(fn), *args
+        )
 
     async def retrieve(self, query: RetrievalQuery) -> RetrievalResult:
         if not self._visibility.ready:
@@ -276,7 +281,13 @@ class RetrievalPipeline:
                 ) as span,
             ):
                 hits = await self._run(
-                    self._dense.search, vector, query.tenant, expr, query.candidates, query.document_ids or None
+                    self._dense.search,
+                    vector,
+                    query.tenant,
+                    expr,
+                    query.candidates,
+                    query.document_ids or None,
+                    executor=self._dense_executor,
                 )
                 span.set(hits=len(hits))
                 return hits

@@ -193,9 +193,6 @@ class QueryWorkerSupervisor:
     def run(self) -> int:
         settings = self._settings
         reservation = reserve_port(settings.host, settings.query_port)
-        # numpy's BLAS threads in each worker: the cores shared out (unless set), not every core in every
-        # worker, whose idle BLAS threads would spin on cores the other workers' calls need
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, _cores() // self._count)))
         self._port = int(reservation.getsockname()[1])
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
