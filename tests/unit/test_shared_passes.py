@@ -194,3 +194,51 @@ def test_index_searches_answered_together_find_what_they_find_alone(monkeypatch:
     for number, hits in enumerate(alone):
         assert [c for c, _ in together[number]] == [c for c, _ in hits]
         np.testing.assert_allclose([v for _, v in together[number]], [v for _, v in hits], rtol=0, atol=1e-6)
+
+
+def test_searches_sharing_passes_while_documents_change_neither_stall_nor_return_removed_chunks() -> None:
+    """Eight searching threads against a thread that replaces and removes documents (the index's writer
+    waits for the searches in passes, and holds new ones back until it is done): every search returns,
+    and never a chunk of a document that was removed before it started and not added back since."""
+    rng = np.random.default_rng(5)
+    index = InProcessDenseIndex(DIMENSION, merge_min_chunks=128, compaction_min_dead=64)
+    for d in range(200):
+        index.replace_document("t1", f"doc{d}", _chunks(f"doc{d}", _unit(rng, 2), "t1", "even"))
+    gone = {f"doc{d}" for d in range(150, 200)}  # removed for good before any search starts
+    for document in gone:
+        index.remove_document("t1", document)
+    stop = threading.Event()
+    failures: list[str] = []
+    searched = [0] * 8
+
+    def search(number: int) -> None:
+        local = np.random.default_rng(100 + number)
+        while not stop.is_set():
+            for chunk_id, _ in index.search(_unit(local, 1)[0], 20, tenant="t1"):
+                if chunk_id.rsplit("-", 1)[0] in gone:
+                    failures.append(chunk_id)
+            searched[number] += 1
+
+    def change() -> None:
+        local = np.random.default_rng(200)
+        for round_ in range(300):
+            document = f"doc{local.integers(0, 150)}"
+            if round_ % 3:
+                index.replace_document("t1", document, _chunks(document, _unit(local, 1 + round_ % 4), "t1", "even"))
+            else:
+                index.remove_document("t1", document)
+                index.replace_document("t1", document, _chunks(document, _unit(local, 2), "t1", "even"))
+
+    searchers = [threading.Thread(target=search, args=(n,)) for n in range(8)]
+    for thread in searchers:
+        thread.start()
+    changer = threading.Thread(target=change)
+    changer.start()
+    changer.join(60)
+    stop.set()
+    for thread in searchers:
+        thread.join(60)
+    assert not changer.is_alive() and not any(thread.is_alive() for thread in searchers)
+    assert not failures
+    assert all(searched) and index.passes.searches == sum(searched)
+    assert index.passes.waiting() == 0
