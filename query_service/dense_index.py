@@ -134,10 +134,10 @@ class _Scope:
         query: np.ndarray,
         document_ids: Collection[str] | None,
         policy: PartitionPolicy,
-        passes: SharedPasses | None = None,
+        passes: SharedPasses,
     ) -> tuple[np.ndarray, np.ndarray, bool]:
         """(live candidate slots, their cosines, whether only the nearest partitions were read). A search
-        of every row goes through `passes` where given (shared with the searches running meanwhile)."""
+        of every row goes through `passes` (shared with the searches running meanwhile)."""
         slots_table, size, partitions = self.slots, len(self.compact), self.partitions
         if document_ids is not None:
             slots = slots_table.slots_of(document_ids)
@@ -148,10 +148,7 @@ class _Scope:
             return slots, scores, False
         probes = policy.probes(partitions.lists) if partitions is not None and policy.wanted(size) else 0
         if not (partitions is not None and 0 < probes < partitions.lists):
-            if passes is not None:
-                return (*passes.scores(self, query, self.pass_over), False)
-            slots, block = self.pass_over(query[np.newaxis, :])
-            return slots, block[:, 0], False
+            return (*passes.scores(self, query, self.pass_over), False)
         offsets = partitions.offsets
         ranges = [(int(offsets[i]), int(offsets[i + 1])) for i in partitions.nearest_lists(query, probes)]
         parts = [self.compact[start:stop] @ query for start, stop in ranges]
