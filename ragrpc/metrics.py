@@ -106,20 +106,32 @@ class IngestMetricsObserver:
         self._metrics = metrics
         self._current: dict[str, tuple[str, float]] = {}  # document id -> (stage, started)
         self._lock = Lock()
+        # the labelled children, looked up once (`labels()` validates and locks on every call, and
+        # this runs for every event of every document)
+        self._stage_seconds: dict[str, Any] = {}
+        self._documents: dict[str, Any] = {}
 
     def __call__(self, event: Any) -> None:
         now = time.perf_counter()
         with self._lock:
             previous = self._current.get(event.document_id)
             if previous is not None and previous[0] != event.stage:
-                self._metrics.ingest_stage.labels(previous[0]).observe(now - previous[1])
+                stage = previous[0]
+                child = self._stage_seconds.get(stage)
+                if child is None:
+                    child = self._stage_seconds[stage] = self._metrics.ingest_stage.labels(stage)
+                child.observe(now - previous[1])
             if event.stage == "done":
                 self._current.pop(event.document_id, None)
             elif previous is None or previous[0] != event.stage:
                 self._current[event.document_id] = (event.stage, now)
         if event.stage == "done":
-            self._metrics.documents.labels(event.state.name).inc()
-            if event.state.name == "ACTIVE" and not event.unchanged:
+            state = event.state.name
+            counter = self._documents.get(state)
+            if counter is None:
+                counter = self._documents[state] = self._metrics.documents.labels(state)
+            counter.inc()
+            if state == "ACTIVE" and not event.unchanged:
                 self._metrics.chunks_written.inc(event.chunks_embedded)
 
 
