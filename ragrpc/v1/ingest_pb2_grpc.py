@@ -101,9 +101,10 @@ class IngestServiceServicer:
         """Ingests a batch of inline documents. The server streams progress events for each
         document as it moves through the stages, then exactly one `summary` message, then
         closes the stream with OK. A failed document does not fail the stream: its last
-        progress event has state FAILED and an error message. Events of one document that
-        pass before the stream sends them leave as the latest one only (a small document may
-        go from its first event straight to DONE); every document's DONE event is sent. A
+        progress event has state FAILED and an error message. The stream gathers events for
+        0.1 s before it sends them, and events of one document that pass before the stream sends
+        them leave as the latest one only (a small document may go from its first event straight
+        to DONE); every document's DONE event is sent, and the summary without delay. A
         caller that disconnects does not stop the job; its state can be fetched with
         GetIngestJob.
         """

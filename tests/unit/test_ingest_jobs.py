@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from ingest_service.app import build_components
-from ingest_service.jobs import JobEvent, JobSummary, latest_per_document
+from ingest_service.jobs import IngestJobRunner, JobEvent, JobSummary, latest_per_document
 from ingest_service.pipeline import IngestOutcome, ProgressEvent
 from ingest_service.requests import DocumentSpecInput, IngestItem
 from ragrpc.config import Settings
@@ -109,3 +109,34 @@ async def test_a_stream_read_late_still_gets_every_documents_final_event() -> No
         "error_reason": "",
         "error_metadata": {},
     }
+
+
+async def test_a_stream_gathers_a_documents_events_for_its_interval_and_sends_the_summary_at_once() -> None:
+    """Events that arrive within the stream's interval after the first of a send leave as each
+    document's latest one (a small document sends one message instead of six), and the summary
+    does not wait for an interval of its own."""
+    settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=4)
+    registry = InMemoryDocumentRegistry()
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), registry)
+    # an interval far longer than these six in-memory ingestions take
+    jobs = IngestJobRunner(app.ingestions, registry, app.executor, app.gate, stream_interval_s=1.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    _, events = await jobs.start("t1", [_item(n) for n in range(6)])
+    received = [(e, loop.time() - started) async for e in events]
+    progress = [e for e, _ in received if e.progress is not None]
+    assert sorted(e.index for e in progress) == list(range(6))  # one message per document
+    assert {e.progress.stage for e in progress} == {"done"}  # type: ignore[union-attr]
+    summary, at = received[-1]
+    assert summary.summary is not None and summary.summary.succeeded == 6
+    assert at < 1.9, f"the summary came {at:.2f}s after the start; one interval is 1s"
+
+
+async def test_with_no_stream_interval_events_leave_as_they_are_read() -> None:
+    settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=1)
+    registry = InMemoryDocumentRegistry()
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), registry)
+    jobs = IngestJobRunner(app.ingestions, registry, app.executor, app.gate, stream_interval_s=0.0)
+    _, events = await jobs.start("t1", [_item(0)])
+    stages = [e.progress.stage async for e in events if e.progress is not None]
+    assert stages[-1] == "done" and len(stages) > 1, stages  # read as they came: more than the final one
