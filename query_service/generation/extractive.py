@@ -5,6 +5,10 @@ words (sentences are the documents), scaled by the share of question words they 
 go to the better-ranked source, then the earlier sentence. The best few form the answer,
 each followed by its citation. When no sentence shares a content word with the question the
 answer says the sources do not contain it. Nothing here can fail.
+
+The answer is whole before its first token, so it streams a sentence at a time: each token is
+a message of the Ask stream, and word by word an answer of three sentences cost the service about
+seventy of them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from query_service.generation.base import (
 NOT_FOUND_ANSWER = "The sources do not contain the answer to this question."
 NO_SOURCES_ANSWER = "No sources were found for this question, so it cannot be answered from the documents."
 _CITATION_LIKE = re.compile(r"\s*\[\s*\d+(?:\s*[-–,;]\s*\d+)*\s*\]")
-_PIECE = re.compile(r"\s*\S+")
 _K1, _B = 1.2, 0.75
 _MIN_WORDS = 6  # shorter pieces without a full stop are headings or labels
 
@@ -95,7 +98,7 @@ def _cite(sentence: _Sentence) -> str:
 
 
 class ExtractiveGenerator:
-    """Answers from the sources' sentences; streams word by word."""
+    """Answers from the sources' sentences; streams a sentence at a time."""
 
     name = "extractive"
 
@@ -105,8 +108,14 @@ class ExtractiveGenerator:
 
     def compose(self, request: GenerationRequest) -> tuple[str, FinishReason]:
         """(answer, finish_reason) for a request."""
+        pieces, finish = self._pieces(request)
+        return "".join(pieces), finish
+
+    def _pieces(self, request: GenerationRequest) -> tuple[list[str], FinishReason]:
+        """The answer as the pieces it streams (a sentence each, with its citation; each after the
+        first led by a space), and its finish_reason."""
         if not request.sources:
-            return NO_SOURCES_ANSWER, "stop"
+            return [NO_SOURCES_ANSWER], "stop"
         ranked = score_sentences(_question_of(request), _sentences(request.sources))
         chosen: list[str] = []
         seen: set[str] = set()
@@ -118,10 +127,10 @@ class ExtractiveGenerator:
                 seen.add(key)
                 chosen.append(_cite(sentence))
         if not chosen:
-            return NOT_FOUND_ANSWER, "stop"
+            return [NOT_FOUND_ANSWER], "stop"
         return self._limit(chosen, request.max_tokens)
 
-    def _limit(self, chosen: list[str], max_tokens: int) -> tuple[str, FinishReason]:
+    def _limit(self, chosen: list[str], max_tokens: int) -> tuple[list[str], FinishReason]:
         max_words = max(1, int(max_tokens * self._words_per_token)) if max_tokens > 0 else 10**9
         kept: list[str] = []
         words = 0
@@ -129,15 +138,15 @@ class ExtractiveGenerator:
             count = len(sentence.split())
             if words + count > max_words:
                 if not kept:
-                    return " ".join(sentence.split()[:max_words]), "length"
+                    return [" ".join(sentence.split()[:max_words])], "length"
                 break
-            kept.append(sentence)
+            kept.append(sentence if not kept else " " + sentence)
             words += count
-        return " ".join(kept), "stop"
+        return kept, "stop"
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[GeneratorEvent, None]:
-        answer, finish = self.compose(request)
-        for piece in _PIECE.findall(answer):
+        pieces, finish = self._pieces(request)
+        for piece in pieces:
             yield TokenEvent(piece)
-            await asyncio.sleep(0)  # a cancellation point between words
+            await asyncio.sleep(0)  # a cancellation point between sentences
         yield UsageReport(finish_reason=finish, prompt_tokens=0, completion_tokens=None)

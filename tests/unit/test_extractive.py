@@ -57,13 +57,6 @@ async def test_picks_the_relevant_sentence_and_cites_its_source():
     assert {c.source_number for c in parse_citations(answer)} <= {1, 2, 3}
 
 
-async def test_streams_word_by_word():
-    tokens, _ = await run(ExtractiveGenerator(), req("Where is the office?", *SOURCES))
-    assert len(tokens) > 3
-    assert all(len(t.split()) == 1 for t in tokens)
-    assert "".join(tokens).startswith("Our office is in Berlin [3].")
-
-
 async def test_several_sentences_each_cited():
     tokens, _ = await run(ExtractiveGenerator(max_sentences=3), req("warranty returns refunds", *SOURCES))
     answer = "".join(tokens)
@@ -115,4 +108,17 @@ async def test_closing_the_stream_early_is_fine():
     stream = ExtractiveGenerator().stream(req("How long does a refund take?", *SOURCES))
     first = await stream.__anext__()
     await stream.aclose()
-    assert isinstance(first, TokenEvent) and first.text == "Refunds"
+    assert isinstance(first, TokenEvent) and first.text == "Refunds take five business days [2]."
+
+
+async def test_streams_a_sentence_a_token_and_the_tokens_join_to_the_composed_answer():
+    generator = ExtractiveGenerator()
+    request = req("How long is the warranty and where is the office?", *SOURCES)
+    tokens, usage = await run(generator, request)
+    answer, finish = generator.compose(request)
+    assert "".join(tokens) == answer and usage.finish_reason == finish == "stop"
+    assert sorted(t.strip() for t in tokens) == [  # a token a sentence, each with its citation
+        "Our office is in Berlin [3].",
+        "The warranty covers parts for two years [1].",
+    ]
+    assert not tokens[0].startswith(" ") and tokens[1].startswith(" ")
