@@ -116,23 +116,23 @@ class IngestMetricsObserver:
         with self._lock:
             previous = self._current.get(event.document_id)
             if previous is not None and previous[0] != event.stage:
-                stage = previous[0]
-                child = self._stage_seconds.get(stage)
-                if child is None:
-                    child = self._stage_seconds[stage] = self._metrics.ingest_stage.labels(stage)
-                child.observe(now - previous[1])
+                _labelled(self._stage_seconds, self._metrics.ingest_stage, previous[0]).observe(now - previous[1])
             if event.stage == "done":
                 self._current.pop(event.document_id, None)
             elif previous is None or previous[0] != event.stage:
                 self._current[event.document_id] = (event.stage, now)
         if event.stage == "done":
-            state = event.state.name
-            counter = self._documents.get(state)
-            if counter is None:
-                counter = self._documents[state] = self._metrics.documents.labels(state)
-            counter.inc()
-            if state == "ACTIVE" and not event.unchanged:
+            _labelled(self._documents, self._metrics.documents, event.state.name).inc()
+            if event.state.name == "ACTIVE" and not event.unchanged:
                 self._metrics.chunks_written.inc(event.chunks_embedded)
+
+
+def _labelled(children: dict[str, Any], metric: Any, value: str) -> Any:
+    """`metric.labels(value)`, kept in `children` after its first use."""
+    child = children.get(value)
+    if child is None:
+        child = children[value] = metric.labels(value)
+    return child
 
 
 class AnswerMetricsObserver:
