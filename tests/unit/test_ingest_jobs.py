@@ -7,6 +7,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import pytest
+
 from ingest_service.app import build_components
 from ingest_service.jobs import IngestJobRunner, JobEvent, JobSummary, latest_per_document
 from ingest_service.pipeline import IngestOutcome, ProgressEvent
@@ -140,3 +142,29 @@ async def test_with_no_stream_interval_events_leave_as_they_are_read() -> None:
     _, events = await jobs.start("t1", [_item(0)])
     stages = [e.progress.stage async for e in events if e.progress is not None]
     assert stages[-1] == "done" and len(stages) > 1, stages  # read as they came: more than the final one
+
+
+async def test_a_caller_that_stops_reading_while_its_stream_gathers_leaves_the_job_running() -> None:
+    """Cancelling the reader during the stream's interval (the await the gathering adds) ends only
+    the stream: the job ingests every document and records its end."""
+    settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=2)
+    registry = InMemoryDocumentRegistry()
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), registry)
+    jobs = IngestJobRunner(app.ingestions, registry, app.executor, app.gate, stream_interval_s=5.0)
+    job_id, events = await jobs.start("t1", [_item(n) for n in range(4)])
+
+    async def read() -> list[JobEvent]:
+        return [e async for e in events]
+
+    reader = asyncio.ensure_future(read())
+    await asyncio.sleep(0.3)  # the first event arrived; the stream is gathering for 5 s
+    assert not reader.done()
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    await jobs.drain(30)
+    job = await jobs.get("t1", job_id)
+    assert job.done and job.summary is not None and job.summary["succeeded"] == 4
+    for number in range(4):
+        record = registry.get("t1", f"d{number}")
+        assert record is not None and record.state == DocumentState.ACTIVE
