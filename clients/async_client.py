@@ -226,9 +226,14 @@ class AsyncIngestClient(_AsyncClient):
         *,
         timeout: float | None = None,
         request_id: str | None = None,
+        final_only: bool = False,
     ) -> AsyncIngestStream:
-        """Ingests inline documents; yields progress events, then the batch summary."""
-        request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
+        """Ingests inline documents; yields progress events, then the batch summary. final_only: each
+        document's final event only (PROGRESS_DETAIL_FINAL), one message a document instead of one a stage."""
+        request = ingest_pb2.IngestDocumentsRequest(
+            documents=[convert.inline_document(d) for d in documents],
+            progress_detail=ingest_pb2.PROGRESS_DETAIL_FINAL if final_only else ingest_pb2.PROGRESS_DETAIL_STAGES,
+        )
         return AsyncIngestStream(
             self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True)),
             self.session.record if self.session is not None else None,

@@ -263,9 +263,14 @@ class IngestClient(_SyncClient):
         *,
         timeout: float | None = None,
         request_id: str | None = None,
+        final_only: bool = False,
     ) -> IngestStream:
-        """Ingests inline documents; yields progress events, then the batch summary."""
-        request = ingest_pb2.IngestDocumentsRequest(documents=[convert.inline_document(d) for d in documents])
+        """Ingests inline documents; yields progress events, then the batch summary. final_only: each
+        document's final event only (PROGRESS_DETAIL_FINAL), one message a document instead of one a stage."""
+        request = ingest_pb2.IngestDocumentsRequest(
+            documents=[convert.inline_document(d) for d in documents],
+            progress_detail=ingest_pb2.PROGRESS_DETAIL_FINAL if final_only else ingest_pb2.PROGRESS_DETAIL_STAGES,
+        )
         call = self._stub.IngestDocuments(request, **self._call_args(timeout, request_id, stream=True))
         return IngestStream(call, self.session.record if self.session is not None else None)
 

@@ -33,6 +33,15 @@ def strategy_name(value: int, field: str = "spec.chunking.strategy") -> str:
     return ingest_pb2.ChunkingStrategy.Name(value).removeprefix("CHUNKING_STRATEGY_").lower()
 
 
+def final_progress_only(value: int, field: str = "progress_detail") -> bool:
+    """Whether an IngestDocuments stream carries each document's final event only (ProgressDetail)."""
+    if value not in ingest_pb2.ProgressDetail.values():  # proto3 enums are open: any int32 arrives
+        raise errors.InvalidInputError(
+            f"unknown progress_detail {value}; use PROGRESS_DETAIL_STAGES or PROGRESS_DETAIL_FINAL", field=field
+        )
+    return value == ingest_pb2.PROGRESS_DETAIL_FINAL
+
+
 def state_from_pb(value: int, field: str = "state") -> DocumentState | None:
     """The DocumentState filter of a request (None when unspecified)."""
     if not value:

@@ -79,19 +79,23 @@ class IngestJobRunner:
         self._executor = executor
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, tenant: str, items: list[IngestItem]) -> tuple[str, AsyncIterator[JobEvent]]:
-        """Starts a job; returns its id and an iterator of its events (ending after the summary).
-        Raises LimitExceededError when the service already has too many documents queued."""
+    async def start(
+        self, tenant: str, items: list[IngestItem], *, final_only: bool = False
+    ) -> tuple[str, AsyncIterator[JobEvent]]:
+        """Starts a job; returns its id and an iterator of its events (ending after the summary);
+        final_only: of each document, only its final progress event (stage `done`), the job's record
+        still following every stage. Raises LimitExceededError when the service already has too many
+        documents queued."""
         reservation = self._gate.reserve(len(items))
         try:
-            job_id, events = await self._start(tenant, items, reservation)
+            job_id, events = await self._start(tenant, items, reservation, final_only)
         except BaseException:  # incl. a caller cancelled while the job record is written
             reservation.release_all()
             raise
         return job_id, events
 
     async def _start(
-        self, tenant: str, items: list[IngestItem], reservation: Reservation
+        self, tenant: str, items: list[IngestItem], reservation: Reservation, final_only: bool
     ) -> tuple[str, AsyncIterator[JobEvent]]:
         job = IngestJobRecord(
             job_id=uuid.uuid4().hex,
@@ -105,7 +109,7 @@ class IngestJobRunner:
         await self._persist(job)
         self._persisted_at[job.job_id] = time.monotonic()
         queue: asyncio.Queue[object] = asyncio.Queue()
-        task = asyncio.create_task(self._run(job, items, reservation, queue))
+        task = asyncio.create_task(self._run(job, items, reservation, queue, final_only))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job.job_id, self._follow(queue)
@@ -128,14 +132,22 @@ class IngestJobRunner:
                 yield event
 
     async def _run(
-        self, job: IngestJobRecord, items: list[IngestItem], reservation: Reservation, queue: asyncio.Queue[object]
+        self,
+        job: IngestJobRecord,
+        items: list[IngestItem],
+        reservation: Reservation,
+        queue: asyncio.Queue[object],
+        final_only: bool = False,
     ) -> None:
         started = time.monotonic()
         summary = JobSummary()
         stored: list[tuple[str, DocumentRecord | None]] = []
         try:
             await asyncio.gather(
-                *(self._ingest_one(job, i, it, reservation, summary, queue, stored) for i, it in enumerate(items))
+                *(
+                    self._ingest_one(job, i, it, reservation, summary, queue, stored, final_only)
+                    for i, it in enumerate(items)
+                )
             )
         finally:
             reservation.release_all()  # documents never submitted (the job was cancelled at shutdown)
@@ -157,10 +169,12 @@ class IngestJobRunner:
         summary: JobSummary,
         queue: asyncio.Queue[object],
         stored: list[tuple[str, DocumentRecord | None]],
+        final_only: bool = False,
     ) -> None:
         def report(event: ProgressEvent) -> None:
             job.documents[index] = progress_row(index, event)
-            queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
+            if not final_only or event.stage == "done":
+                queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
 
         try:
             outcome = await asyncio.shield(self._ingestions.submit(item, reservation, report))

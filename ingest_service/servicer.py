@@ -148,7 +148,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                     reason="UPLOAD_TOO_LARGE",
                     metadata={"limit_bytes": str(self._max_upload)},
                 )
-        job_id, events = await self._jobs.start(tenant, items)
+        final_only = convert.final_progress_only(request.progress_detail)
+        job_id, events = await self._jobs.start(tenant, items, final_only=final_only)
         async for event in events:
             if event.summary is not None:
                 yield ingest_pb2.IngestDocumentsResponse(job_id=job_id, summary=convert.summary_to_pb(event.summary))

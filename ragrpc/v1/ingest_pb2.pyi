@@ -34,6 +34,12 @@ class DocumentState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DOCUMENT_STATE_ACTIVE: _ClassVar[DocumentState]
     DOCUMENT_STATE_FAILED: _ClassVar[DocumentState]
 
+class ProgressDetail(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROGRESS_DETAIL_UNSPECIFIED: _ClassVar[ProgressDetail]
+    PROGRESS_DETAIL_STAGES: _ClassVar[ProgressDetail]
+    PROGRESS_DETAIL_FINAL: _ClassVar[ProgressDetail]
+
 class IngestStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INGEST_STAGE_UNSPECIFIED: _ClassVar[IngestStage]
@@ -59,6 +65,9 @@ DOCUMENT_STATE_PENDING: DocumentState
 DOCUMENT_STATE_PROCESSING: DocumentState
 DOCUMENT_STATE_ACTIVE: DocumentState
 DOCUMENT_STATE_FAILED: DocumentState
+PROGRESS_DETAIL_UNSPECIFIED: ProgressDetail
+PROGRESS_DETAIL_STAGES: ProgressDetail
+PROGRESS_DETAIL_FINAL: ProgressDetail
 INGEST_STAGE_UNSPECIFIED: IngestStage
 INGEST_STAGE_QUEUED: IngestStage
 INGEST_STAGE_EXTRACTING: IngestStage
@@ -188,10 +197,12 @@ class InlineDocument(_message.Message):
     def __init__(self, spec: _Optional[_Union[DocumentSpec, _Mapping]] = ..., content: _Optional[bytes] = ...) -> None: ...
 
 class IngestDocumentsRequest(_message.Message):
-    __slots__ = ("documents",)
+    __slots__ = ("documents", "progress_detail")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_DETAIL_FIELD_NUMBER: _ClassVar[int]
     documents: _containers.RepeatedCompositeFieldContainer[InlineDocument]
-    def __init__(self, documents: _Optional[_Iterable[_Union[InlineDocument, _Mapping]]] = ...) -> None: ...
+    progress_detail: ProgressDetail
+    def __init__(self, documents: _Optional[_Iterable[_Union[InlineDocument, _Mapping]]] = ..., progress_detail: _Optional[_Union[ProgressDetail, str]] = ...) -> None: ...
 
 class DocumentProgress(_message.Message):
     __slots__ = ("index", "document_id", "stage", "state", "chunk_count", "chunks_embedded", "error_message", "unchanged", "error_code", "status")

@@ -75,6 +75,8 @@ async def test_ingest_batch_streams_progress_then_summary(fake_stack) -> None:
         assert again.summary is not None and again.summary.unchanged == 2
         job = await client.get_job(stream.job_id)
         assert job.done and [p.document_id for p in job.documents] == [stream.documents[i].document_id for i in (0, 1)]
+        final = [e async for e in client.ingest(documents, final_only=True)]  # one event a document
+        assert [e.stage for e in final[:-1]] == ["done", "done"] and isinstance(final[-1], BatchSummary)
 
 
 async def test_retrieve_and_ask(fake_stack) -> None:

@@ -128,6 +128,10 @@ async def test_ingest_batch_streams_progress_then_summary(fake_stack) -> None:
             assert "PNG" in failed.error_message
             job = client.get_job(stream.job_id)
             assert job.done and job.summary.failed == 1 and len(job.documents) == 3
+            final = client.ingest(documents, final_only=True)  # each document's final event only
+            events = list(final)
+            assert [e.stage for e in events[:-1]] == ["done"] * 3 and final.summary is not None
+            assert final.documents[2].state == "failed" and final.summary.unchanged == 2
 
     await asyncio.to_thread(scenario)
 

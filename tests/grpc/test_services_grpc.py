@@ -143,6 +143,35 @@ async def test_ingest_documents_streams_progress_then_summary(fake_stack) -> Non
         assert job.done and job.summary.succeeded == 1
 
 
+async def test_ingest_documents_with_final_progress_streams_one_event_per_document(fake_stack) -> None:  # type: ignore[no-untyped-def]
+    """PROGRESS_DETAIL_FINAL: each document's DONE event only (a failed one's with its error), then the
+    summary; an unknown progress_detail is INVALID_ARGUMENT naming the field."""
+    docs = [
+        ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="a.md", document_id="fa"), content=DUCKS),
+        ingest_pb2.InlineDocument(spec=ingest_pb2.DocumentSpec(file_name="b.bin"), content=b"\x00\x01\x02" * 10),
+        ingest_pb2.InlineDocument(
+            spec=ingest_pb2.DocumentSpec(file_name="c.md", document_id="fc"), content=DUCKS + b"!"
+        ),
+    ]
+    async with grpc.aio.insecure_channel(fake_stack.ingest_address) as channel:
+        stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        request = ingest_pb2.IngestDocumentsRequest(documents=docs, progress_detail=ingest_pb2.PROGRESS_DETAIL_FINAL)
+        events = [e async for e in stub.IngestDocuments(request)]
+        progress = [e.progress for e in events if e.HasField("progress")]
+        assert sorted(p.index for p in progress) == [0, 1, 2] and len(events) == 4
+        assert {p.stage for p in progress} == {ingest_pb2.INGEST_STAGE_DONE}
+        by_index = {p.index: p for p in progress}
+        assert by_index[0].state == by_index[2].state == ingest_pb2.DOCUMENT_STATE_ACTIVE
+        assert by_index[1].state == ingest_pb2.DOCUMENT_STATE_FAILED and by_index[1].error_message
+        assert events[-1].HasField("summary") and (events[-1].summary.succeeded, events[-1].summary.failed) == (2, 1)
+
+        bad = ingest_pb2.IngestDocumentsRequest(documents=docs[:1], progress_detail=7)  # type: ignore[arg-type]
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            [e async for e in stub.IngestDocuments(bad)]
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert rpc_details(caught.value)["BadRequest"].field_violations[0].field == "progress_detail"
+
+
 async def test_retrieve_rejects_bad_requests(fake_stack) -> None:  # type: ignore[no-untyped-def]
     async with grpc.aio.insecure_channel(fake_stack.query_address) as channel:
         stub = retrieve_pb2_grpc.RetrieveServiceStub(channel)

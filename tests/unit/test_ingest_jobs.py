@@ -144,6 +144,37 @@ async def test_with_no_stream_interval_events_leave_as_they_are_read() -> None:
     assert stages[-1] == "done" and len(stages) > 1, stages  # read as they came: more than the final one
 
 
+async def test_a_final_only_stream_carries_each_documents_done_event_and_the_record_every_stage() -> None:
+    """final_only (PROGRESS_DETAIL_FINAL): with events read as they come, the stream still carries one
+    event per document, its final one (a failed document's too), then the summary; the job's record
+    follows the stages as ever."""
+    settings = dataclasses.replace(Settings(), workers=2, ingest_concurrency=1)
+    registry = InMemoryDocumentRegistry()
+    app = build_components(settings, HashingEmbedder(), InMemoryChunkStore(), registry)
+    jobs = IngestJobRunner(app.ingestions, registry, app.executor, app.gate, stream_interval_s=0.0)
+    empty = IngestItem("t1", DocumentSpecInput(document_id="blank", file_name="blank.txt"), b"   \n  ")
+    seen_stages: list[str] = []
+    job_id, events = await jobs.start("t1", [_item(0), empty, _item(2)], final_only=True)
+    received = []
+    async for event in events:
+        received.append(event)
+        job = await jobs.get("t1", job_id)
+        seen_stages += [d["stage"] for d in job.documents]
+    progress = [e for e in received if e.progress is not None]
+    assert [e.index for e in progress] == [0, 1, 2]  # one event per document (one slot: in order)
+    assert [e.progress.stage for e in progress] == ["done"] * 3  # type: ignore[union-attr]
+    assert [e.progress.state for e in progress] == [  # type: ignore[union-attr]
+        DocumentState.ACTIVE,
+        DocumentState.FAILED,
+        DocumentState.ACTIVE,
+    ]
+    assert progress[1].progress.error_code == "INVALID_ARGUMENT"  # type: ignore[union-attr]
+    assert received[-1].summary is not None and (received[-1].summary.succeeded, received[-1].summary.failed) == (2, 1)
+    assert len(received) == 4
+    final = await jobs.get("t1", job_id)
+    assert [d["stage"] for d in final.documents] == ["done"] * 3
+
+
 async def test_a_caller_that_stops_reading_while_its_stream_gathers_leaves_the_job_running() -> None:
     """Cancelling the reader during the stream's interval (the await the gathering adds) ends only
     the stream: the job ingests every document and records its end."""
