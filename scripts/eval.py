@@ -86,7 +86,11 @@ def document_id(beir_id: str) -> str:
     return beir_id if _ID_OK.match(beir_id) else "h-" + hashlib.sha256(beir_id.encode()).hexdigest()[:24]
 
 
-def _batches(dataset: BeirDataset, collection: str) -> Iterator[ingest_pb2.IngestDocumentsRequest]:
+def _batches(
+    dataset: BeirDataset, collection: str, progress_detail: int = ingest_pb2.PROGRESS_DETAIL_FINAL
+) -> Iterator[ingest_pb2.IngestDocumentsRequest]:
+    """The corpus as IngestDocuments requests of BATCH documents; the stream carries each document's
+    final event only unless progress_detail says otherwise (the loader reads the summaries)."""
     docs = list(dataset.corpus.values())
     for start in range(0, len(docs), BATCH):
         items = [
@@ -103,7 +107,7 @@ def _batches(dataset: BeirDataset, collection: str) -> Iterator[ingest_pb2.Inges
             )
             for d in docs[start : start + BATCH]
         ]
-        yield ingest_pb2.IngestDocumentsRequest(documents=items)
+        yield ingest_pb2.IngestDocumentsRequest(documents=items, progress_detail=progress_detail)
 
 
 IN_FLIGHT = 2  # IngestDocuments requests open at once
