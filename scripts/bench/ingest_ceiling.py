@@ -263,7 +263,7 @@ def run(config: BenchConfig, stores: tuple[str, ...] = ()) -> SectionResult:
                 f"gRPC ingestion into {kind}, {label}",
                 measured["chunks_per_s"],
                 "chunks/s",
-                ratio=ratio(measured["chunks_per_s"], raw["rows_per_s"]),
+                ratio=ratio(measured["chunks_per_s"], measured["store_alone"]["rows_per_s"]),
                 versus="the store's own insert rate",
                 note=f"{measured['chunks_written']} chunks of {measured['documents']} docs in "
                 f"{measured['seconds']:.1f} s, {measured['failed']} failed, "
