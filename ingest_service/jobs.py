@@ -109,22 +109,33 @@ class IngestJobRunner:
         await self._persist(job)
         self._persisted_at[job.job_id] = time.monotonic()
         queue: asyncio.Queue[object] = asyncio.Queue()
-        task = asyncio.create_task(self._run(job, items, reservation, queue, final_only))
+        task = asyncio.create_task(self._run(job, items, reservation, queue))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return job.job_id, self._follow(queue)
+        return job.job_id, self._follow(queue, final_only)
 
-    async def _follow(self, queue: asyncio.Queue[object]) -> AsyncIterator[JobEvent]:
+    async def _follow(self, queue: asyncio.Queue[object], final_only: bool) -> AsyncIterator[JobEvent]:
         """The job's events; a document's events that queued up while the caller was not reading, or
         within stream_interval_s of the first event of a send, leave as its latest one (see
-        `latest_per_document`). The summary is sent at once."""
+        `latest_per_document`). The summary is sent at once. final_only: of each document's progress,
+        its final event only (stage `done`)."""
+
+        def wanted(event: object) -> bool:
+            if not final_only or not isinstance(event, JobEvent) or event.progress is None:
+                return True  # the summary, the end, or every progress event
+            return event.progress.stage == "done"
+
         while True:
-            waiting = [await queue.get()]
-            first = waiting[0]
+            first = await queue.get()
+            if not wanted(first):
+                continue
+            waiting = [first]
             if self._stream_interval_s > 0 and isinstance(first, JobEvent) and first.summary is None:
                 await asyncio.sleep(self._stream_interval_s)
             while not queue.empty():
-                waiting.append(queue.get_nowait())
+                event = queue.get_nowait()
+                if wanted(event):
+                    waiting.append(event)
             for event in latest_per_document(waiting):
                 if event is _END:
                     return
@@ -132,22 +143,14 @@ class IngestJobRunner:
                 yield event
 
     async def _run(
-        self,
-        job: IngestJobRecord,
-        items: list[IngestItem],
-        reservation: Reservation,
-        queue: asyncio.Queue[object],
-        final_only: bool = False,
+        self, job: IngestJobRecord, items: list[IngestItem], reservation: Reservation, queue: asyncio.Queue[object]
     ) -> None:
         started = time.monotonic()
         summary = JobSummary()
         stored: list[tuple[str, DocumentRecord | None]] = []
         try:
             await asyncio.gather(
-                *(
-                    self._ingest_one(job, i, it, reservation, summary, queue, stored, final_only)
-                    for i, it in enumerate(items)
-                )
+                *(self._ingest_one(job, i, it, reservation, summary, queue, stored) for i, it in enumerate(items))
             )
         finally:
             reservation.release_all()  # documents never submitted (the job was cancelled at shutdown)
@@ -169,12 +172,10 @@ class IngestJobRunner:
         summary: JobSummary,
         queue: asyncio.Queue[object],
         stored: list[tuple[str, DocumentRecord | None]],
-        final_only: bool = False,
     ) -> None:
         def report(event: ProgressEvent) -> None:
             job.documents[index] = progress_row(index, event)
-            if not final_only or event.stage == "done":
-                queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
+            queue.put_nowait(JobEvent(job.job_id, index=index, progress=event))
 
         try:
             outcome = await asyncio.shield(self._ingestions.submit(item, reservation, report))
