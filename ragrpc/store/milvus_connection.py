@@ -336,8 +336,8 @@ class MilvusConnection:
     def get_rows(
         self, collection: str, keys: list[Any], output_fields: list[str], key_field: str
     ) -> list[dict[str, Any]]:
-        """The rows with these primary keys (those that exist); reads of the same collection that wait
-        behind a running one are fetched together (see read_groups)."""
+        """The rows with these primary keys (those that exist); reads of the same collection and fields
+        that wait behind a running one are fetched together (see read_groups)."""
         return self.read_groups.get(
             collection,
             keys,
@@ -349,6 +349,7 @@ class MilvusConnection:
             key_of=lambda row: row[key_field],
             retry_alone=lambda exc: not is_unavailable(exc),
             linger=lambda: self._linger.wait(("get", collection)),
+            fields=tuple(output_fields),
         )
 
     def _key_read_options(self, collection: str, keys: list[Any]) -> dict[str, Any]:

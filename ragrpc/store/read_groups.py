@@ -1,5 +1,5 @@
-"""Grouped reads by primary key: reads of one collection that queue behind a running read
-leave in one call.
+"""Grouped reads by primary key: reads of one collection and of the same fields that queue
+behind a running read leave in one call.
 
 Ingestion reads the registry row of every document before it starts (one `get` by primary
 key). Documents start in bursts (the documents of one model call finish together and free
@@ -9,7 +9,10 @@ arrive meanwhile wait, and the next call fetches every waiting key at once (made
 waiting callers, see `relay`).
 
 A read still returns only rows written before it was asked for (its keys are fetched by a
-call that starts after it queued). If a merged call fails for a reason other than the store
+call that starts after it queued). Only reads that ask for the same fields (`fields`) share a
+call: the call is made with one caller's `fetch`, so a read merged into another's would get that
+caller's fields (a read of the BM25 terms or the vectors queued behind a read of the plain rows
+got rows without them, 2026-12-08). If a merged call fails for a reason other than the store
 being unreachable, each caller's keys are fetched again on their own, so one bad key fails
 only its own caller.
 """
@@ -45,22 +48,22 @@ class _CollectionReads:
 
 
 class ReadGroups:
-    """Queues of waiting reads, one per collection, each served by one call at a time."""
+    """Queues of waiting reads, one per collection and fields, each served by one call at a time."""
 
     def __init__(self, max_keys: int = 512) -> None:
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
         self._max_keys = max_keys
-        self._collections: dict[str, _CollectionReads] = {}
+        self._queues: dict[tuple[str, Hashable], _CollectionReads] = {}
         self._lock = threading.Lock()
         self.calls = 0  # store calls made
         self.reads = 0  # callers' reads they carried
 
-    def _of(self, collection: str) -> _CollectionReads:
+    def _of(self, collection: str, fields: Hashable) -> _CollectionReads:
         with self._lock:
-            reads = self._collections.get(collection)
+            reads = self._queues.get((collection, fields))
             if reads is None:
-                reads = self._collections[collection] = _CollectionReads()
+                reads = self._queues[(collection, fields)] = _CollectionReads()
             return reads
 
     def get(
@@ -71,14 +74,16 @@ class ReadGroups:
         key_of: Callable[[Row], Hashable],
         retry_alone: Callable[[BaseException], bool],
         linger: Callable[[], None] | None = None,
+        fields: Hashable = (),
     ) -> list[Row]:
         """The rows of `keys` (those that exist), fetched with `fetch(keys)`, possibly in one call
-        with the keys of other callers that waited at the same time. `linger`, when given, runs
-        once the read is queued, before it competes for the call (reads arriving meanwhile join it)."""
+        with the keys of other callers of the same collection and `fields` (what `fetch` reads of a
+        row) that waited at the same time. `linger`, when given, runs once the read is queued,
+        before it competes for the call (reads arriving meanwhile join it)."""
         if not keys:
             return []
         pending = PendingRead(keys=list(keys))
-        reads = self._of(collection)
+        reads = self._of(collection, fields)
         with reads.relay.lock:
             reads.relay.arrived(pending)
             reads.waiting.append(pending)
@@ -89,9 +94,9 @@ class ReadGroups:
             raise pending.error
         return pending.rows
 
-    def waiting(self, collection: str) -> int:
-        """Reads of the collection queued and not yet taken by a call."""
-        reads = self._of(collection)
+    def waiting(self, collection: str, fields: Hashable = ()) -> int:
+        """Reads of the collection and fields queued and not yet taken by a call."""
+        reads = self._of(collection, fields)
         with reads.relay.lock:
             return len(reads.waiting)
 

@@ -7,6 +7,7 @@ journalled for followers."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -236,6 +237,46 @@ def test_get_by_id_returns_the_rows_that_exist(stores: Stores) -> None:
     with_vectors = stores.chunks.get_chunks([chunks[1].chunk_id], with_vectors=True)
     assert np.allclose(with_vectors[0].vector, chunks[1].vector, atol=1e-6) and with_vectors[0].text == chunks[1].text
     assert stores.chunks.get_chunks([]) == []
+
+
+def test_concurrent_reads_by_key_of_other_fields_each_get_the_fields_they_asked_for(stores: Stores) -> None:
+    """Reads by key that wait behind a running one are fetched together (read_groups); a read of the BM25
+    terms or of the vectors must never be served by a call that asked for other fields (on 2026-12-08 the
+    query service's registry follower, reading terms while queries read plain rows, failed on rows
+    without them and the service went NOT_SERVING)."""
+    chunks = [_chunk(i, text=f"Herons number {i} wade in the shallows") for i in range(3 * PAGE)]
+    stores.chunks.insert_chunks(chunks)
+    ids = [c.chunk_id for c in chunks]
+    problems: list[str] = []
+
+    def reader(number: int) -> None:
+        for round_ in range(12):
+            wanted = ids[(number + round_) % len(ids) :][:5] or ids[:5]
+            kind = (number + round_) % 3
+            try:
+                if kind == 0:
+                    got = stores.chunks.get_chunks(wanted, with_bm25_terms=True, index_fields_only=True)
+                    if not all(c.bm25_terms and "heron" in c.bm25_terms for c in got):
+                        problems.append(f"a read of the terms got {[c.bm25_terms for c in got]}")
+                elif kind == 1:
+                    got = stores.chunks.get_chunks(wanted, with_vectors=True)
+                    if not all(len(c.vector) == DIM for c in got):
+                        problems.append("a read of the vectors got rows without them")
+                else:
+                    got = stores.chunks.get_chunks(wanted)
+                    if not all(c.text.startswith("Herons") and c.vector == [] for c in got):
+                        problems.append("a plain read got rows of another shape")
+                if len(got) != len(wanted):
+                    problems.append(f"{len(got)} of {len(wanted)} rows")
+            except errors.RagrpcError as exc:
+                problems.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert problems == []
 
 
 def test_a_filter_on_declared_metadata_keys_selects_by_exact_value(stores: Stores) -> None:

@@ -138,3 +138,43 @@ def test_readers_on_many_threads_each_get_their_own_rows() -> None:
         t.join(10)
     assert all(results[i] == [STORED[f"k{i}"], STORED[f"k{(i + 1) % 100}"]] for i in range(60))
     assert calls == groups.calls < 60  # some reads shared a call
+
+
+def test_reads_of_other_fields_are_not_merged_and_each_gets_its_own_fields() -> None:
+    """The call of a batch is made with one caller's fetch: a read asking for other fields (the BM25
+    terms, the vectors) queued behind a plain one must not leave in its call, or it gets rows without
+    them (seen on 2026-12-08: the query service's registry follower failed on rows lacking the terms)."""
+    groups, store = ReadGroups(), GatedStore()
+
+    def with_terms(keys: list[Hashable]) -> list[dict]:
+        return [{**row, "terms": f"t{row['value']}"} for row in store.fetch(keys)]
+
+    results: dict[str, object] = {}
+
+    def read(name: str, keys: list[str], fetch, fields: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+        results[name] = groups.get("docs", keys, fetch, lambda r: r["id"], _retry_unless_unavailable, fields=fields)
+
+    first = threading.Thread(target=read, args=("first", ["k0"], store.fetch, ("value",)))
+    first.start()
+    assert store.first_started.wait(10)
+    queued = [
+        threading.Thread(target=read, args=("plain", ["k1"], store.fetch, ("value",))),
+        threading.Thread(target=read, args=("terms-1", ["k2"], with_terms, ("value", "terms"))),
+        threading.Thread(target=read, args=("terms-2", ["k3"], with_terms, ("value", "terms"))),
+    ]
+    for t in queued:
+        t.start()
+    deadline = time.monotonic() + 10
+    # the plain read queues behind the running one; the reads with terms have a queue of their own, so
+    # they do not wait for its call at all
+    while groups.waiting("docs", ("value",)) < 1 or not {"terms-1", "terms-2"} <= results.keys():
+        assert time.monotonic() < deadline, "the plain read did not queue, or the reads with terms waited"
+        time.sleep(0.001)
+    assert "plain" not in results
+    store.release.set()
+    for t in [first, *queued]:
+        t.join(10)
+    assert results["first"] == [STORED["k0"]] and results["plain"] == [STORED["k1"]]
+    assert results["terms-1"] == [{**STORED["k2"], "terms": "t2"}]
+    assert results["terms-2"] == [{**STORED["k3"], "terms": "t3"}]
+    assert ["k1"] in store.calls and not any("k1" in call and len(call) > 1 for call in store.calls)
