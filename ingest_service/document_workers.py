@@ -359,8 +359,14 @@ class _Slot:
             self._closing = True
         elif follower.cancelled.is_set():
             return
-        elif follower.item.size <= _PIPELINED_MAX_BYTES and self._queue_behind(follower):
-            sent.append(follower)
+        elif follower.item.size <= _PIPELINED_MAX_BYTES:
+            content = self._content(follower)
+            if content is None:
+                return
+            if self._queue_behind(follower, content):
+                sent.append(follower)
+            else:
+                self._held = follower
         else:
             self._held = follower
 
@@ -381,8 +387,11 @@ class _Slot:
         """Sends the job to the worker (a worker found dead fails it: its Preparation retries it)."""
         conn = self._conn
         assert conn is not None
+        content = self._content(job)
+        if content is None:
+            return
         try:
-            self._send(conn, job)
+            self._send(conn, job, content)
         except WorkerDiedError as died:
             self._replace(str(died))
             job.fail(died)
@@ -390,16 +399,33 @@ class _Slot:
             return
         sent.append(job)
 
-    def _queue_behind(self, job: _Job) -> bool:
+    def _queue_behind(self, job: _Job, content: bytes) -> bool:
         """Sends the job behind the one being prepared; False when the worker's pipe is closed (the
         answers of the document before tell what happened to the worker, and who it happened to)."""
         conn = self._conn
         assert conn is not None
         try:
-            self._send(conn, job)
+            self._send(conn, job, content)
         except WorkerDiedError:
             return False
         return True
+
+    @staticmethod
+    def _content(job: _Job) -> bytes | None:
+        """The document's bytes (a spooled upload is read back here, in this thread), read before anything
+        goes into the pipe; None, with the job failed, when they can no longer be read: its ingestion ended
+        meanwhile (cancelled, timed out) and closed the upload. Before, such a read raised halfway through
+        a send and ended this slot's thread (seen in CI's chaos test, 2026-12-08)."""
+        try:
+            return job.item.read()
+        except (ValueError, OSError) as exc:
+            job.fail(
+                errors.AbortedError(
+                    f"the document's upload could not be read when a worker took it ({exc}); its ingestion had ended",
+                    reason="UPLOAD_CLOSED",
+                )
+            )
+            return None
 
     def _resend(self, sent: deque[_Job]) -> None:
         """The worker was replaced: the documents that waited in its pipe (not started, through no
@@ -442,14 +468,14 @@ class _Slot:
             job.fail(exc)
             self._resend(sent)
 
-    def _send(self, conn: Connection, job: _Job) -> None:
+    def _send(self, conn: Connection, job: _Job, content: bytes) -> None:
         item = job.item
         fields = job.metadata_fields  # a plain copy: the collection's own caches what does not pickle
         portable = MetadataFields(fields.keys, fields.legacy) if fields is not None else None
         request = _Request(item.tenant, item.spec, item.content_hash, portable)
         try:
             conn.send(request)
-            conn.send_bytes(item.read())  # a spooled upload is read back here, in this thread
+            conn.send_bytes(content)
         except (BrokenPipeError, ConnectionResetError, EOFError) as exc:
             raise WorkerDiedError(self._death()) from exc
 

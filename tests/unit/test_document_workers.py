@@ -21,7 +21,7 @@ import pytest
 
 from ingest_service.admission import AdmissionGate
 from ingest_service.app import IngestComponents, build_components
-from ingest_service.requests import DocumentSpecInput, IngestItem
+from ingest_service.requests import DocumentSpecInput, IngestItem, SpooledUpload
 from ragrpc import errors
 from ragrpc.config import Settings
 from ragrpc.enrich import DocumentEnrichment, DocumentSample
@@ -237,3 +237,18 @@ async def test_a_large_document_waits_for_an_empty_pipe_so_neither_side_blocks_o
     (tmp_path / "go").write_text("")
     head_outcome, large = await asyncio.wait_for(asyncio.gather(head, follower), 60)
     assert head_outcome.chunks_written > 100 and large.record.state == DocumentState.ACTIVE
+
+
+async def test_a_document_whose_upload_was_closed_before_a_worker_took_it_fails_alone(app) -> None:  # type: ignore[no-untyped-def]
+    # An ingestion that ended (cancelled, timed out) closes its spooled upload; its job may still be queued
+    # for a worker. The worker's thread used to read the closed upload halfway through sending it and die,
+    # so the documents after it waited forever (CI's chaos test, 2026-12-08).
+    upload = SpooledUpload(memory_limit=1024)
+    upload.write(b"Herons wade in shallow water.")
+    upload.close()
+    closed = IngestItem("t1", DocumentSpecInput(document_id="closed", file_name="closed.txt"), upload=upload)
+    with pytest.raises(errors.AbortedError) as caught:
+        await asyncio.wait_for(app.pipeline.ingest(closed), 20)
+    assert caught.value.reason == "UPLOAD_CLOSED"
+    after = await asyncio.wait_for(app.pipeline.ingest(_item("Swans glide on the lake.", "after")), 20)
+    assert after.record.state == DocumentState.ACTIVE and app.workers.replaced == 0
